@@ -1,0 +1,103 @@
+/**
+ * The one way the gateway talks to D1: statements are built (by drizzle's query
+ * builders or as SQL text), then run in a single `batch()` call, which D1 runs as
+ * one transaction. Every batch adds D1's own `meta.rows_read` / `rows_written` to
+ * the metrics, tagged with the path it ran on.
+ *
+ * drizzle's own `db.batch()` cannot take SQL text with parameters on D1, and its
+ * single-statement calls use `raw()`, which returns no meta, so execution lives
+ * here and drizzle is used to build queries and type rows.
+ */
+import { getTableColumns, type Table } from "drizzle-orm";
+import { drizzle, type DrizzleD1Database } from "drizzle-orm/d1";
+import { recordD1Batch, type D1Path } from "../metrics";
+
+export interface Statement<T> {
+  readonly sql: string;
+  readonly params: readonly unknown[];
+  readonly read: (result: D1Result) => T;
+}
+
+type Results<S extends readonly Statement<unknown>[]> = { [K in keyof S]: S[K] extends Statement<infer T> ? T : never };
+
+/** A D1 binding bound to the path its statements count against. */
+export class Database {
+  /** Query builder only: never executes (execution goes through `batch`). */
+  readonly q: DrizzleD1Database;
+
+  constructor(
+    private readonly binding: D1Database,
+    private readonly path: D1Path,
+  ) {
+    this.q = drizzle(binding, { casing: "snake_case" });
+  }
+
+  /** Runs the statements as one D1 batch (one round trip, one transaction). */
+  async batch<const S extends readonly Statement<unknown>[]>(...statements: S): Promise<Results<S>> {
+    const prepared = statements.map((s) => this.binding.prepare(s.sql).bind(...s.params));
+    const results = await this.binding.batch(prepared);
+    recordD1Batch(
+      this.path,
+      results.map((r) => r.meta),
+    );
+    return statements.map((s, i) => s.read(results[i] as D1Result)) as Results<S>;
+  }
+
+  /** The same database, counted against another path. */
+  on(path: D1Path): Database {
+    return path === this.path ? this : new Database(this.binding, path);
+  }
+}
+
+const changes = (result: D1Result) => result.meta.changes ?? 0;
+
+/** A statement from SQL text with `?` parameters, read as its changed-row count. */
+export function exec(sql: string, ...params: unknown[]): Statement<number> {
+  return { sql, params, read: changes };
+}
+
+/** A statement from SQL text whose rows are returned as D1 gives them (snake_case). */
+export function query<T>(sql: string, ...params: unknown[]): Statement<T[]> {
+  return { sql, params, read: (result) => result.results as T[] };
+}
+
+/** A statement from a drizzle query builder, read as its changed-row count. */
+export function execBuilt(builder: { toSQL(): { sql: string; params: unknown[] } }): Statement<number> {
+  const { sql, params } = builder.toSQL();
+  return { sql, params, read: changes };
+}
+
+/** A statement from a drizzle select on `table`, mapped to the table's typed rows. */
+export function selectRows<T extends Table>(
+  table: T,
+  builder: { toSQL(): { sql: string; params: unknown[] } },
+): Statement<T["$inferSelect"][]> {
+  const { sql, params } = builder.toSQL();
+  const toRow = rowMapper(table);
+  return { sql, params, read: (result) => (result.results as Record<string, unknown>[]).map(toRow) };
+}
+
+/** A statement from SQL text selecting whole rows of `table`, mapped to its typed rows. */
+export function selectRowsSql<T extends Table>(
+  table: T,
+  sql: string,
+  ...params: unknown[]
+): Statement<T["$inferSelect"][]> {
+  const toRow = rowMapper(table);
+  return { sql, params, read: (result) => (result.results as Record<string, unknown>[]).map(toRow) };
+}
+
+const snake = (key: string) => key.replace(/[A-Z]/g, (c) => `_${c.toLowerCase()}`);
+
+/** Maps a D1 row (snake_case columns) to the table's typed row, decoding e.g. booleans. */
+export function rowMapper<T extends Table>(table: T): (raw: Record<string, unknown>) => T["$inferSelect"] {
+  const columns = Object.entries(getTableColumns(table));
+  return (raw) => {
+    const row: Record<string, unknown> = {};
+    for (const [key, column] of columns) {
+      const value = raw[snake(key)];
+      row[key] = value === null || value === undefined ? null : column.mapFromDriverValue(value);
+    }
+    return row as T["$inferSelect"];
+  };
+}

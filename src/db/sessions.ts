@@ -1,0 +1,273 @@
+/**
+ * Statements on `sessions`, `messages` and `inbound_events`. Each state change is
+ * a conditional statement (spec invariant 4) and multi-step changes are chained
+ * inside one D1 batch with `changes() = 1`: SQLite's count of rows changed by the
+ * previous statement, so a step runs only when the one before it took effect and
+ * the whole chain is one atomic, one-round-trip unit.
+ */
+import { and, desc, eq, isNotNull, isNull, type SQL } from "drizzle-orm";
+import type { PolicyReason } from "../domain/end-reasons";
+import type { Replaced } from "../domain/routing-decision";
+import { exec, query, selectRows, type Database, type Statement } from "./client";
+import { sessions, messages, type SessionRow, type MessageRow } from "./schema";
+import { dayOf, RECOVERABLE_SQL, sqlTime } from "./sql-lists";
+
+export function selectSession(db: Database, id: string): Statement<SessionRow[]> {
+  return selectRows(sessions, db.q.select().from(sessions).where(eq(sessions.id, id)));
+}
+
+/** Spec invariant 5: only the newest row of a key is ever a resume candidate. */
+export function selectNewestForKey(db: Database, key: string): Statement<SessionRow[]> {
+  return selectRows(
+    sessions,
+    db.q.select().from(sessions).where(eq(sessions.sessionKey, key)).orderBy(desc(sessions.startedAt)).limit(1),
+  );
+}
+
+export function selectSessions(
+  db: Database,
+  filter: { key?: string; open?: boolean; limit: number },
+): Statement<SessionRow[]> {
+  const conditions: SQL[] = [];
+  if (filter.key !== undefined) conditions.push(eq(sessions.sessionKey, filter.key));
+  if (filter.open === true) conditions.push(isNull(sessions.endReason));
+  if (filter.open === false) conditions.push(isNotNull(sessions.endReason));
+  return selectRows(
+    sessions,
+    db.q
+      .select()
+      .from(sessions)
+      .where(and(...conditions))
+      .orderBy(desc(sessions.startedAt))
+      .limit(filter.limit),
+  );
+}
+
+export function selectMessages(db: Database, sessionId: string): Statement<MessageRow[]> {
+  return selectRows(
+    messages,
+    db.q.select().from(messages).where(eq(messages.sessionId, sessionId)).orderBy(messages.seq),
+  );
+}
+
+// Marks live under the UTC day they were written: an event is new when neither
+// today's nor yesterday's day holds it (at least 24 hours). Two equality probes,
+// not `day IN (…)`: a probe that misses reads no row, and the IN form reads two.
+const MARK = `SELECT 1 FROM inbound_events WHERE day = ? AND session_key = ? AND event_id = ?`;
+const NOT_SEEN = `NOT EXISTS (${MARK}) AND NOT EXISTS (${MARK})`;
+const notSeenParams = (key: string, eventId: string, now: number) => [
+  dayOf(now),
+  key,
+  eventId,
+  dayOf(now) - 1,
+  key,
+  eventId,
+];
+
+/** The dedupe mark of an event, if it was stored within the retention window. */
+export function selectDedupe(
+  key: string,
+  eventId: string,
+  now: number,
+): Statement<{ session_id: string | null; run_id: string | null }[]> {
+  const mark = `SELECT session_id, run_id FROM inbound_events WHERE day = ? AND session_key = ? AND event_id = ?`;
+  return query(`${mark} UNION ALL ${mark} LIMIT 1`, dayOf(now), key, eventId, dayOf(now) - 1, key, eventId);
+}
+
+export interface UserMessage {
+  sessionKey: string;
+  eventId: string;
+  runId: string | null;
+  text: string;
+  receivedAt: number;
+}
+
+/**
+ * The steady-state path in one batch: bump activity only if the row is live, its
+ * policy has not expired against D1's own `last_active_at`, and the event is new;
+ * then store the message and its dedupe mark only if that bump happened. A row
+ * ended a moment ago can never receive the message, and the mark can never exist
+ * without the message (nor the message without the mark).
+ * The first statement's changed-row count says whether the message was stored.
+ */
+export function appendUserMessage(
+  sessionId: string,
+  message: UserMessage,
+  liveSince: number,
+): [Statement<number>, Statement<number>, Statement<number>] {
+  const { sessionKey, eventId, runId, text, receivedAt } = message;
+  return [
+    exec(
+      `UPDATE sessions SET last_active_at = MAX(last_active_at, ?), message_count = message_count + 1
+        WHERE id = ? AND end_reason IS NULL AND last_active_at >= ? AND ${NOT_SEEN}`,
+      receivedAt,
+      sessionId,
+      sqlTime(liveSince),
+      ...notSeenParams(sessionKey, eventId, receivedAt),
+    ),
+    exec(
+      `INSERT INTO messages (session_id, seq, role, text, created_at, event_id, run_id)
+        SELECT id, message_count, 'user', ?, ?, ?, ? FROM sessions WHERE id = ? AND changes() = 1`,
+      text,
+      receivedAt,
+      eventId,
+      runId,
+      sessionId,
+    ),
+    markSeen(message, sessionId, "changes() = 1"),
+  ];
+}
+
+function markSeen(message: UserMessage, sessionId: string | null, condition: string): Statement<number> {
+  return exec(
+    `INSERT INTO inbound_events (day, session_key, event_id, session_id, run_id, received_at)
+      SELECT ?, ?, ?, ?, ?, ? WHERE ${condition}`,
+    dayOf(message.receivedAt),
+    message.sessionKey,
+    message.eventId,
+    sessionId,
+    message.runId,
+    message.receivedAt,
+  );
+}
+
+/**
+ * The dedupe mark of a command, which stores no message. With a session, only if
+ * that session exists (it may be inserted earlier in the same batch).
+ */
+export function markCommandSeen(message: UserMessage, sessionId: string | null): Statement<number> {
+  if (sessionId === null) return markSeen(message, null, "1 = 1");
+  return exec(
+    `INSERT INTO inbound_events (day, session_key, event_id, session_id, run_id, received_at)
+      SELECT ?, ?, ?, ?, NULL, ? WHERE EXISTS (SELECT 1 FROM sessions WHERE id = ?)`,
+    dayOf(message.receivedAt),
+    message.sessionKey,
+    message.eventId,
+    sessionId,
+    message.receivedAt,
+    sessionId,
+  );
+}
+
+export interface NewSession {
+  id: string;
+  sessionKey: string;
+  platform: string;
+  chatType: string;
+  startedAt: number;
+  parentSessionId: string | null;
+  /** The row this one replaces, and the end reason the caller saw on it. */
+  replaced: Replaced | null;
+  noticePending: string | null;
+  sweepAt: number | null;
+}
+
+/**
+ * Inserts a session, only if the row it replaces still carries the end reason the
+ * caller saw (so a race can never leave two live rows for one key) and, when it
+ * starts with a message, only if that message's event is new. With `first`, the
+ * message and its dedupe mark follow in the same chain.
+ */
+export function insertSession(session: NewSession, first: UserMessage | null): Statement<number>[] {
+  const conditions = ["1 = 1"];
+  const guardParams: unknown[] = [];
+  if (session.replaced) {
+    conditions.push(`EXISTS (SELECT 1 FROM sessions WHERE id = ? AND end_reason = ?)`);
+    guardParams.push(session.replaced.sessionId, session.replaced.reason);
+  }
+  if (first) {
+    conditions.push(NOT_SEEN);
+    guardParams.push(...notSeenParams(session.sessionKey, first.eventId, first.receivedAt));
+  }
+  const insert = exec(
+    `INSERT INTO sessions (id, session_key, platform, chat_type, started_at, last_active_at, message_count,
+        parent_session_id, previous_session_id, reset_reason, reset_had_activity, notice_pending, sweep_at)
+      SELECT ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ? WHERE ${conditions.join(" AND ")}`,
+    session.id,
+    session.sessionKey,
+    session.platform,
+    session.chatType,
+    session.startedAt,
+    first ? first.receivedAt : session.startedAt,
+    first ? 1 : 0,
+    session.parentSessionId,
+    session.replaced?.sessionId ?? null,
+    session.replaced?.reason ?? null,
+    session.replaced ? (session.replaced.hadActivity ? 1 : 0) : null,
+    session.noticePending,
+    session.sweepAt,
+    ...guardParams,
+  );
+  if (!first) return [insert];
+  return [
+    insert,
+    exec(
+      `INSERT INTO messages (session_id, seq, role, text, created_at, event_id, run_id)
+        SELECT ?, 1, 'user', ?, ?, ?, ? WHERE changes() = 1`,
+      session.id,
+      first.text,
+      first.receivedAt,
+      first.eventId,
+      first.runId,
+    ),
+    markSeen(first, session.id, "changes() = 1"),
+  ];
+}
+
+/**
+ * Ends a live row (spec invariant 4: ending only touches a live row; first reason
+ * wins). A recoverable end keeps `sweep_at` so that the policy can still promote
+ * the row later; any other end clears it.
+ */
+export function endLive(sessionId: string, reason: string, recoverable: boolean, now: number): Statement<number> {
+  return exec(
+    `UPDATE sessions SET end_reason = ?, ended_at = ?, sweep_at = CASE WHEN ? THEN sweep_at ELSE NULL END
+      WHERE id = ? AND end_reason IS NULL`,
+    reason,
+    now,
+    recoverable ? 1 : 0,
+    sessionId,
+  );
+}
+
+/**
+ * Ends a live or recoverable row by its policy, only while D1's own last activity
+ * still says it is expired. A recoverable row keeps the time it ended.
+ */
+export function promoteExpired(
+  sessionId: string,
+  reason: PolicyReason,
+  liveSince: number,
+  now: number,
+): Statement<number> {
+  return exec(
+    `UPDATE sessions SET end_reason = ?, ended_at = COALESCE(ended_at, ?), sweep_at = NULL
+      WHERE id = ? AND (end_reason IS NULL OR end_reason IN (${RECOVERABLE_SQL})) AND last_active_at < ?`,
+    reason,
+    now,
+    sessionId,
+    sqlTime(liveSince),
+  );
+}
+
+/** Reopens a recoverable row (same id, transcript kept) while its policy has not expired. */
+export function reopenRecoverable(sessionId: string, liveSince: number, sweepAt: number | null): Statement<number> {
+  return exec(
+    `UPDATE sessions SET end_reason = NULL, ended_at = NULL, sweep_at = ?
+      WHERE id = ? AND end_reason IN (${RECOVERABLE_SQL}) AND last_active_at >= ?`,
+    sweepAt,
+    sessionId,
+    sqlTime(liveSince),
+  );
+}
+
+/** Records the deadline the routing object now knows, for the sweep. */
+export function setSweepAt(sessionId: string, sweepAt: number | null): Statement<number> {
+  return exec(
+    `UPDATE sessions SET sweep_at = ? WHERE id = ? AND (end_reason IS NULL OR end_reason IN (${RECOVERABLE_SQL}))
+      AND sweep_at IS NOT ?`,
+    sweepAt,
+    sessionId,
+    sweepAt,
+  );
+}

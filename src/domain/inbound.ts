@@ -1,0 +1,30 @@
+/**
+ * The common shape of a verified inbound message, whatever platform it came
+ * from. Adapters produce it; nothing below the adapters knows a platform's wire
+ * format.
+ */
+import type { ChatType } from "./session-key";
+
+export interface InboundMessage {
+  platform: string;
+  /** The platform's id for this event; retries carry the same one (spec invariant 9). */
+  eventId: string;
+  chatId: string;
+  chatType: ChatType;
+  userId: string;
+  threadId: string | null;
+  text: string;
+  /** When the platform says the user sent it, if it says. */
+  sentAt: number | null;
+  /** What the platform adapter needs to answer in this chat (opaque to routing). */
+  replyTo: ReplyTarget;
+}
+
+/** Platform-specific reply coordinates, stored with the run and handed back to the adapter. */
+export type ReplyTarget = { platform: string } & Record<string, unknown>;
+
+/** An inbound message after routing has given it its key and received time. */
+export interface RoutedMessage extends InboundMessage {
+  sessionKey: string;
+  receivedAt: number;
+}

@@ -1,0 +1,37 @@
+/**
+ * sessiongate: the Hono app, its mounts, and the Worker's handlers. The routing
+ * Durable Object class is exported here for wrangler.
+ */
+import { Hono } from "hono";
+import { configOf } from "./config";
+import { apiError, errorBody, renderError } from "./http/errors";
+import { admin } from "./routes/admin";
+import { webhooks } from "./routes/webhooks";
+import { sweep } from "./sweep";
+
+export { SessionRouter } from "./routing/router";
+
+const app = new Hono<{ Bindings: Env }>();
+
+app.onError(renderError);
+app.notFound((c) => c.json(errorBody("not_found", `no route for ${c.req.method} ${c.req.path}`), 404));
+
+app.get("/healthz", async (c) => {
+  configOf(c.env); // an invalid configuration answers 500 naming the key
+  try {
+    await c.env.DB.prepare("SELECT 1").first();
+  } catch {
+    throw apiError(503, "unavailable", "D1 is not reachable");
+  }
+  return c.json({ ok: true });
+});
+
+app.route("/webhooks", webhooks);
+app.route("/admin", admin);
+
+export default {
+  fetch: app.fetch,
+  async scheduled(controller, env, ctx) {
+    ctx.waitUntil(sweep(env, controller.scheduledTime));
+  },
+} satisfies ExportedHandler<Env>;

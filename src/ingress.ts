@@ -1,0 +1,35 @@
+/**
+ * A verified inbound message → its session key → that key's routing object. The
+ * object answers with the status and body the platform gets; if the object cannot
+ * be reached, the platform gets a 503 and retries (spec invariant 1).
+ */
+import type { Config } from "./config";
+import type { InboundMessage } from "./domain/inbound";
+import { buildSessionKey } from "./domain/session-key";
+import { describe } from "./http/outbound";
+import { errorBody } from "./http/errors";
+import { routerFor } from "./routing/client";
+import type { AcceptedBody, RpcResult } from "./routing/router";
+
+export function sessionKeyOf(message: InboundMessage, config: Config): string {
+  return buildSessionKey(
+    {
+      platform: message.platform,
+      chatType: message.chatType,
+      chatId: message.chatId,
+      threadId: message.threadId,
+      userId: message.userId,
+    },
+    config.groupSessionsPerUser,
+  );
+}
+
+export async function ingest(env: Env, config: Config, message: InboundMessage): Promise<RpcResult<AcceptedBody>> {
+  const sessionKey = sessionKeyOf(message, config);
+  try {
+    return await routerFor(env, sessionKey).route({ ...message, sessionKey });
+  } catch (error) {
+    console.error("routing object unreachable", sessionKey, describe(error));
+    return { status: 503, body: errorBody("unavailable", "routing unavailable, retry later") };
+  }
+}

@@ -1,0 +1,91 @@
+/**
+ * Integer counters since the isolate started (spec `GET /admin/metrics`). Each
+ * isolate counts what it ran itself; in production the worker and every routing
+ * object may run in different isolates, so the docs describe how to aggregate.
+ */
+import type { EndReason } from "./domain/end-reasons";
+
+/** Which path a D1 statement ran on: the one that answers a webhook, or any other. */
+export type D1Path = "ingress" | "background";
+
+export interface Counters {
+  messages_routed: number;
+  duplicates: number;
+  sessions_created: number;
+  sessions_ended: Partial<Record<EndReason, number>>;
+  events_delivered: number;
+  events_failed: number;
+  d1_queries: number;
+  d1_rows_read: number;
+  d1_rows_written: number;
+  d1_batches_ingress: number;
+  d1_queries_ingress: number;
+  d1_rows_read_ingress: number;
+  d1_rows_written_ingress: number;
+}
+
+function zero(): Counters {
+  return {
+    messages_routed: 0,
+    duplicates: 0,
+    sessions_created: 0,
+    sessions_ended: {},
+    events_delivered: 0,
+    events_failed: 0,
+    d1_queries: 0,
+    d1_rows_read: 0,
+    d1_rows_written: 0,
+    d1_batches_ingress: 0,
+    d1_queries_ingress: 0,
+    d1_rows_read_ingress: 0,
+    d1_rows_written_ingress: 0,
+  };
+}
+
+export const metrics: Counters = zero();
+
+/** Adds D1's own `meta` of one batch to the counters. */
+export function recordD1Batch(path: D1Path, metas: readonly { rows_read?: number; rows_written?: number }[]): void {
+  let read = 0;
+  let written = 0;
+  for (const meta of metas) {
+    read += meta.rows_read ?? 0;
+    written += meta.rows_written ?? 0;
+  }
+  metrics.d1_queries += metas.length;
+  metrics.d1_rows_read += read;
+  metrics.d1_rows_written += written;
+  if (path === "ingress") {
+    metrics.d1_batches_ingress += 1;
+    metrics.d1_queries_ingress += metas.length;
+    metrics.d1_rows_read_ingress += read;
+    metrics.d1_rows_written_ingress += written;
+  }
+}
+
+export function countEnded(reason: EndReason): void {
+  metrics.sessions_ended[reason] = (metrics.sessions_ended[reason] ?? 0) + 1;
+}
+
+/** The counters plus per-message averages (the only non-integer figures). */
+export function snapshot(): Counters & { per_message: Record<string, number> } {
+  const routed = metrics.messages_routed;
+  const ratio = (value: number) => (routed === 0 ? 0 : Math.round((value / routed) * 100) / 100);
+  return {
+    ...metrics,
+    sessions_ended: { ...metrics.sessions_ended },
+    per_message: {
+      d1_rows_read_ingress: ratio(metrics.d1_rows_read_ingress),
+      d1_rows_written_ingress: ratio(metrics.d1_rows_written_ingress),
+      d1_queries_ingress: ratio(metrics.d1_queries_ingress),
+      d1_batches_ingress: ratio(metrics.d1_batches_ingress),
+      d1_rows_read: ratio(metrics.d1_rows_read),
+      d1_rows_written: ratio(metrics.d1_rows_written),
+    },
+  };
+}
+
+/** Test helper and `POST /admin/metrics/reset`: start counting from zero. */
+export function resetMetrics(): void {
+  Object.assign(metrics, zero());
+}

@@ -1,0 +1,77 @@
+/**
+ * The generic platform (`POST /webhooks/generic`), for custom clients and tests:
+ * an HMAC-SHA256 signature of the raw body in `X-Signature-256`, a small JSON body,
+ * and replies POSTed to `GENERIC_REPLY_URL`.
+ */
+import { z } from "zod";
+import type { Config } from "../config";
+import { verifyHmacSha256Hex } from "../crypto";
+import type { InboundMessage } from "../domain/inbound";
+import { CHAT_TYPES } from "../domain/session-key";
+import { callJson } from "../http/outbound";
+import type { OutboundMessage, PlatformSender, SendOutcome } from "./types";
+
+const id = z.union([z.string().min(1).max(512), z.number().int()]).transform(String);
+
+export const genericBodySchema = z.object({
+  event_id: id,
+  chat_id: id,
+  chat_type: z.enum(CHAT_TYPES),
+  user_id: id,
+  thread_id: id.nullish(),
+  text: z.string().min(1).max(32_768),
+  sent_at: z.number().int().nonnegative().nullish(),
+});
+
+const SIGNATURE = /^sha256=([0-9a-fA-F]{64})$/;
+
+/** Checks `X-Signature-256: sha256=<hex>` over the raw bytes received. */
+export async function verifyGenericSignature(
+  secret: string,
+  rawBody: ArrayBuffer,
+  header: string | null,
+): Promise<boolean> {
+  const match = header ? SIGNATURE.exec(header.trim()) : null;
+  if (!match) return false;
+  return verifyHmacSha256Hex(secret, rawBody, match[1]!);
+}
+
+export function toInbound(body: z.infer<typeof genericBodySchema>): InboundMessage {
+  return {
+    platform: "generic",
+    eventId: body.event_id,
+    chatId: body.chat_id,
+    chatType: body.chat_type,
+    userId: body.user_id,
+    threadId: body.thread_id ?? null,
+    text: body.text,
+    sentAt: body.sent_at ?? null,
+    replyTo: { platform: "generic" },
+  };
+}
+
+export const genericSender: PlatformSender = {
+  canDeliver: (_target, config) => config.genericReplyUrl !== null,
+
+  async send(message: OutboundMessage, config: Config): Promise<SendOutcome> {
+    if (!config.genericReplyUrl) {
+      return { ok: false, retryable: false, retryAfterMs: null, status: null, error: "GENERIC_REPLY_URL is not set" };
+    }
+    const body: Record<string, unknown> = {
+      kind: message.kind === "progress" ? "progress" : "reply",
+      event_id: message.eventId,
+      session_key: message.sessionKey,
+      session_id: message.sessionId,
+      text: message.text,
+    };
+    if (message.notice) body.notice = message.notice;
+    const outcome = await callJson(config.genericReplyUrl, body, { timeoutMs: 10_000 });
+    return {
+      ok: outcome.ok,
+      retryable: outcome.retryable,
+      retryAfterMs: outcome.retryAfterMs,
+      status: outcome.status,
+      error: outcome.error,
+    };
+  },
+};

@@ -1,0 +1,101 @@
+/** `/admin/*`: the operator API (spec "Operator API"), behind `Authorization: Bearer {ADMIN_TOKEN}`. */
+import { Hono } from "hono";
+import { z } from "zod";
+import { configOf } from "../config";
+import { Database } from "../db/client";
+import { selectSessionDeliveries } from "../db/deliveries";
+import { requeueEvent, selectSessionEvents } from "../db/events";
+import { selectMessages, selectSession, selectSessions } from "../db/sessions";
+import { END_REASONS } from "../domain/end-reasons";
+import { now } from "../clock";
+import { apiError } from "../http/errors";
+import { snapshot } from "../metrics";
+import { routerFor } from "../routing/client";
+import { requireToken } from "./auth";
+import { parseJsonBody } from "./body";
+import { deliveryJson, eventJson, messageJson, sessionJson } from "./json";
+
+export const admin = new Hono<{ Bindings: Env }>();
+
+admin.use("*", async (c, next) => {
+  const config = configOf(c.env);
+  requireToken(c, config.adminToken, [config.agentToken], "ADMIN_TOKEN");
+  await next();
+});
+
+const db = (env: Env) => new Database(env.DB, "background");
+
+admin.get("/routes/:key", async (c) => {
+  const key = c.req.param("key");
+  const view = await routerFor(c.env, key).inspect();
+  return c.json({
+    entry: view.entry,
+    alarm_at: view.alarm_at,
+    session: view.session ? sessionJson(view.session) : null,
+  });
+});
+
+admin.delete("/routes/:key", async (c) => {
+  const key = c.req.param("key");
+  await routerFor(c.env, key).forget();
+  return c.json({ forgotten: true, session_key: key });
+});
+
+const listQuery = z.object({
+  key: z.string().min(1).optional(),
+  open: z.enum(["true", "false", "1", "0"]).optional(),
+  limit: z.coerce.number().int().min(1).max(1000).default(100),
+});
+
+admin.get("/sessions", async (c) => {
+  const parsed = listQuery.safeParse(c.req.query());
+  if (!parsed.success) throw apiError(400, "invalid_query", parsed.error.issues[0]?.message ?? "invalid query");
+  const { key, open, limit } = parsed.data;
+  const database = db(c.env);
+  const [rows] = await database.batch(
+    selectSessions(database, { key, open: open === undefined ? undefined : open === "true" || open === "1", limit }),
+  );
+  return c.json({ sessions: rows.map(sessionJson) });
+});
+
+admin.get("/sessions/:id", async (c) => {
+  const id = c.req.param("id");
+  const database = db(c.env);
+  const [rows, messages, events, deliveries] = await database.batch(
+    selectSession(database, id),
+    selectMessages(database, id),
+    selectSessionEvents(database, id),
+    selectSessionDeliveries(database, id),
+  );
+  const row = rows[0];
+  if (!row) throw apiError(404, "not_found", `no session ${id}`);
+  return c.json({
+    session: sessionJson(row),
+    messages: messages.map(messageJson),
+    events: events.map(eventJson),
+    deliveries: deliveries.map(deliveryJson),
+  });
+});
+
+const endBody = z.object({ reason: z.enum(END_REASONS).exclude(["compression"]).default("admin") }).strict();
+
+admin.post("/sessions/:id/end", async (c) => {
+  const id = c.req.param("id");
+  const { reason } = await parseJsonBody(c, endBody, { allowEmpty: true });
+  const database = db(c.env);
+  const [rows] = await database.batch(selectSession(database, id));
+  const row = rows[0];
+  if (!row) throw apiError(404, "not_found", `no session ${id}`);
+  const result = await routerFor(c.env, row.sessionKey).endSession(id, reason);
+  if (result.status !== 200) return c.json(result.body, result.status);
+  return c.json({ session: sessionJson(result.body.session), changed: result.body.changed });
+});
+
+admin.post("/events/:id/retry", async (c) => {
+  const database = db(c.env);
+  const [changed] = await database.batch(requeueEvent(c.req.param("id"), now()));
+  if (changed === 0) throw apiError(404, "not_found", "no failed or pending event with that id");
+  return c.json({ requeued: true });
+});
+
+admin.get("/metrics", (c) => c.json(snapshot()));

@@ -1,0 +1,902 @@
+/**
+ * The routing object: one Durable Object per session key. It holds the key's
+ * routing entry (which session is live) and one alarm, and it is the only writer
+ * of its key's sessions, so every change to them is serialised here.
+ *
+ * For each message it checks the entry's D1 row before reuse, applies the reset
+ * policy against D1's own last activity, and stores the message in one D1 batch.
+ * Work that follows the acknowledgement (the agent hand-off, the reply, lifecycle
+ * events) is written to the object's outbox first and driven by the alarm, which
+ * is also set no later than the live session's deadline.
+ */
+import { DurableObject } from "cloudflare:workers";
+import { now as clockNow } from "../clock";
+import { configOf, type Config } from "../config";
+import { sha256Hex, randomToken } from "../crypto";
+import { Database, type Statement } from "../db/client";
+import {
+  endedEvents,
+  startedEvents,
+  selectDueSessionEvents,
+  selectNextSessionEventAt,
+  type InitialStatus,
+} from "../db/events";
+import { insertDelivery, recordDeliveryAttempt } from "../db/deliveries";
+import { dispatchRun, markRunFailed, recordReply, revokeRuns, selectRun } from "../db/runs";
+import type { DeliveryRow, SessionRow } from "../db/schema";
+import {
+  appendUserMessage,
+  endLive,
+  insertSession,
+  markCommandSeen,
+  promoteExpired,
+  reopenRecoverable,
+  selectDedupe,
+  selectNewestForKey,
+  selectSession,
+  setSweepAt,
+  type NewSession,
+  type UserMessage,
+} from "../db/sessions";
+import { COMMAND_REPLIES, parseCommand, type Command } from "../domain/commands";
+import { isRecoverable, noticeFor, type EndReason } from "../domain/end-reasons";
+import type { RoutedMessage } from "../domain/inbound";
+import { decide, type Replaced } from "../domain/routing-decision";
+import { deadline, expiryReason, liveSince, resolvePolicy, type ResetPolicy } from "../domain/reset-policy";
+import { handToAgent } from "../agent/dispatch";
+import type { AgentRunRequest } from "../agent/types";
+import { attemptEvent } from "../hooks/deliver";
+import { backoffDelay } from "../http/backoff";
+import { describe } from "../http/outbound";
+import { newId } from "../ids";
+import { countEnded, metrics } from "../metrics";
+import { senderFor } from "../platforms";
+import { Mutex } from "./mutex";
+import { RouterStorage, type Entry, type OutboxItem } from "./storage";
+
+export interface ErrorBody {
+  error: { code: string; message: string };
+}
+
+/** What an RPC method answers: an HTTP status and JSON body for the worker to pass on. */
+export type RpcResult<B> = { status: 200; body: B } | { status: 404 | 409 | 500 | 503; body: ErrorBody };
+
+/** The routing entry as the operator API shows it. */
+export interface EntryView {
+  session_key: string;
+  session_id: string;
+  platform: string;
+  chat_type: string;
+  last_active_at: number | null;
+  parent_session_id: string | null;
+  reset: Entry["reset"];
+  first_run_pending: boolean;
+  notice_pending: string | null;
+}
+
+export interface AcceptedBody {
+  accepted: true;
+  session_id: string | null;
+  duplicate: boolean;
+}
+
+/** The agent hand-off of one stored message, from the moment it is staged until the reply is recorded. */
+interface RunWork {
+  stage: "dispatch" | "record";
+  runId: string;
+  /** Handed to the agent with every attempt; D1 only ever sees its hash. */
+  token: string;
+  sessionId: string;
+  isNew: boolean;
+  parentId: string | null;
+  reset: Entry["reset"];
+  message: RoutedMessage;
+  reply?: string | null;
+}
+
+/** One outbound platform call, mirrored by its `deliveries` row. */
+interface DeliveryWork {
+  deliveryId: string;
+  sessionId: string;
+  sessionKey: string;
+  platform: string;
+  kind: "reply" | "progress" | "command";
+  text: string;
+  notice: string | null;
+  eventId: string | null;
+  target: RoutedMessage["replyTo"];
+}
+
+/** Lifecycle events of one session still to deliver. */
+interface EventsWork {
+  sessionId: string;
+}
+
+/** A message is never stored after this many conflicting rereads; the platform retries instead. */
+const MAX_ROUTING_ATTEMPTS = 3;
+/** Hand-offs are retried for a day; after that the run is marked failed. */
+const RUN_GIVE_UP_MS = 24 * 60 * 60_000;
+/** Platform deliveries are retried this many times before they are marked failed. */
+const DELIVERY_MAX_ATTEMPTS = 10;
+
+const unavailable = (error: unknown): { status: 503; body: ErrorBody } => ({
+  status: 503,
+  body: { error: { code: "unavailable", message: `storage unavailable, retry later (${describe(error)})` } },
+});
+
+export class SessionRouter extends DurableObject<Env> {
+  private readonly mutex = new Mutex();
+  private readonly store: RouterStorage;
+  private readonly db: Database;
+  private entry: Entry | null;
+  /** Deadline of the live session as last computed; undefined until known after a wake. */
+  private liveDeadline: number | null | undefined = undefined;
+  /** The alarm as last set (undefined until read after a wake). */
+  private alarmAt: number | null | undefined = undefined;
+  /** Runs staged and then stored during this object's lifetime (no need to ask D1 again). */
+  private readonly confirmedRuns = new Set<string>();
+  /** Consecutive failures to read the live session in the alarm, for its own backoff. */
+  private settleFailures = 0;
+
+  constructor(ctx: DurableObjectState, env: Env) {
+    super(ctx, env);
+    this.store = new RouterStorage(ctx.storage.sql);
+    this.db = new Database(env.DB, "background");
+    this.entry = this.store.readEntry();
+  }
+
+  private get config(): Config {
+    return configOf(this.env);
+  }
+
+  private policy(platform: string, chatType: string): ResetPolicy {
+    return resolvePolicy(this.config.reset, platform, chatType);
+  }
+
+  private get eventStatus(): InitialStatus {
+    return this.config.hookUrls.length > 0 ? "pending" : "skipped";
+  }
+
+  // ---------------------------------------------------------------- ingress
+
+  /** Routes one verified inbound message (or command) for this object's key. */
+  async route(message: Omit<RoutedMessage, "receivedAt">): Promise<RpcResult<AcceptedBody>> {
+    return this.mutex.run(async () => {
+      const routed: RoutedMessage = { ...message, receivedAt: clockNow() };
+      const policy = this.policy(routed.platform, routed.chatType);
+      const command = parseCommand(routed.text);
+      try {
+        return command ? await this.runCommand(command, routed, policy) : await this.storeAndStage(routed, policy);
+      } catch (error) {
+        console.error("route failed", routed.sessionKey, describe(error));
+        return unavailable(error);
+      } finally {
+        await this.rearm(routed.receivedAt);
+      }
+    });
+  }
+
+  private async storeAndStage(message: RoutedMessage, policy: ResetPolicy): Promise<RpcResult<AcceptedBody>> {
+    const now = message.receivedAt;
+    // Stage the hand-off before D1 sees the message: the output gate makes this write
+    // durable first, so a stored message can never be left without its hand-off.
+    const predicted = this.entry;
+    const work: RunWork = {
+      stage: "dispatch",
+      runId: newId("run"),
+      token: randomToken(),
+      sessionId: predicted?.sessionId ?? "",
+      isNew: predicted?.firstRunPending ?? true,
+      parentId: predicted?.parentId ?? null,
+      reset: predicted?.firstRunPending ? predicted.reset : null,
+      message,
+    };
+    this.stage(work.runId, "run", work, now);
+    let stored: { sessionId: string; duplicate: boolean; work: RunWork };
+    try {
+      stored = await this.storeMessage(message, work, policy);
+    } catch (error) {
+      this.store.delete(work.runId);
+      throw error;
+    }
+    if (stored.duplicate) {
+      this.store.delete(work.runId);
+      metrics.duplicates += 1;
+      return { status: 200, body: { accepted: true, session_id: stored.sessionId, duplicate: true } };
+    }
+    if (stored.work !== work) this.store.put({ ...this.store.get(work.runId)!, payload: stored.work });
+    this.confirmedRuns.add(work.runId);
+    metrics.messages_routed += 1;
+    return { status: 200, body: { accepted: true, session_id: stored.sessionId, duplicate: false } };
+  }
+
+  /**
+   * Stores the message in the one session it may go to. The steady state is one
+   * batch on the entry's session; anything else (no entry, an ended or expired row,
+   * a duplicate) rereads the row and decides, and a conditional statement that
+   * misses sends it round again.
+   */
+  private async storeMessage(
+    message: RoutedMessage,
+    work: RunWork,
+    policy: ResetPolicy,
+  ): Promise<{ sessionId: string; duplicate: boolean; work: RunWork }> {
+    const now = message.receivedAt;
+    const since = liveSince(policy, now);
+    const userMessage = toUserMessage(message, work.runId);
+    const ingress = this.db.on("ingress");
+    if (this.entry) {
+      const [bumped] = await ingress.batch(...appendUserMessage(this.entry.sessionId, userMessage, since));
+      if (bumped === 1) {
+        // The staged context was predicted from this same entry, so it stands as written.
+        if (this.entry.firstRunPending) this.adopt({ ...this.entry, firstRunPending: false });
+        this.markActive(policy, now);
+        return { sessionId: this.entry.sessionId, duplicate: false, work };
+      }
+    }
+    for (let attempt = 0; attempt < MAX_ROUTING_ATTEMPTS; attempt++) {
+      const [rows, seen] = await ingress.batch(
+        this.entry ? selectSession(ingress, this.entry.sessionId) : selectNewestForKey(ingress, message.sessionKey),
+        selectDedupe(message.sessionKey, message.eventId, now),
+      );
+      if (seen[0]) return { sessionId: seen[0].session_id ?? "", duplicate: true, work };
+      const row = rows[0] ?? null;
+      const decision = decide(row, policy, now);
+      if (decision.kind === "append" || decision.kind === "reopen") {
+        const reopen =
+          decision.kind === "reopen"
+            ? [reopenRecoverable(decision.sessionId, since, deadline(policy, row!.lastActiveAt))]
+            : [];
+        const results = await ingress.batch(...reopen, ...appendUserMessage(decision.sessionId, userMessage, since));
+        if (results[reopen.length] !== 1) continue;
+        this.adopt(entryFromRow(row!, message));
+        this.markActive(policy, now);
+        return { sessionId: row!.id, duplicate: false, work: this.claimFirstRun({ ...work, sessionId: row!.id }) };
+      }
+      const session = this.freshSession(message, row, decision.replaced, policy, now);
+      const statements: Statement<number>[] = [];
+      if (decision.expire) {
+        statements.push(
+          promoteExpired(decision.expire.sessionId, decision.expire.reason, since, now),
+          revokeRuns(decision.expire.sessionId),
+        );
+      }
+      if (row) statements.push(...endedEvents(row.id, now, this.eventStatus));
+      const insertAt = statements.length;
+      statements.push(...insertSession(session, userMessage), ...startedEvents(session.id, now, this.eventStatus));
+      const results = await ingress.batch(...statements);
+      if (decision.expire && results[0] === 1) countEnded(decision.expire.reason);
+      if (row) this.stageEvents(row.id, now);
+      if (results[insertAt] !== 1) continue;
+      metrics.sessions_created += 1;
+      this.adopt(entryFromNew(session, message, decision.replaced));
+      this.stageEvents(session.id, now);
+      this.markActive(policy, now);
+      const started = this.claimFirstRun({ ...work, sessionId: session.id });
+      return { sessionId: session.id, duplicate: false, work: started };
+    }
+    throw new Error(`routing did not settle after ${MAX_ROUTING_ATTEMPTS} attempts`);
+  }
+
+  private freshSession(
+    message: Pick<RoutedMessage, "sessionKey" | "platform" | "chatType">,
+    previous: SessionRow | null,
+    replaced: Replaced | null,
+    policy: ResetPolicy,
+    now: number,
+    withNotice = true,
+  ): NewSession {
+    // Keep started_at strictly increasing per key, so "newest row" is never a tie.
+    const startedAt = Math.max(now, (previous?.startedAt ?? Number.NEGATIVE_INFINITY) + 1);
+    return {
+      id: newId("ses"),
+      sessionKey: message.sessionKey,
+      platform: message.platform,
+      chatType: message.chatType,
+      startedAt,
+      parentSessionId: null,
+      replaced,
+      noticePending: withNotice && replaced ? noticeFor(replaced.reason, replaced.hadActivity) : null,
+      sweepAt: deadline(policy, startedAt),
+    };
+  }
+
+  /** The run context of the first run in the entry's session, which the entry then no longer owes. */
+  private claimFirstRun(work: RunWork): RunWork {
+    const entry = this.entry!;
+    const claimed = {
+      ...work,
+      isNew: entry.firstRunPending,
+      parentId: entry.parentId,
+      reset: entry.firstRunPending ? entry.reset : null,
+    };
+    if (entry.firstRunPending) this.adopt({ ...entry, firstRunPending: false });
+    return claimed;
+  }
+
+  // ---------------------------------------------------------------- commands
+
+  private async runCommand(
+    command: Command,
+    message: RoutedMessage,
+    policy: ResetPolicy,
+  ): Promise<RpcResult<AcceptedBody>> {
+    const now = message.receivedAt;
+    const since = liveSince(policy, now);
+    const db = this.db.on("ingress");
+    for (let attempt = 0; attempt < MAX_ROUTING_ATTEMPTS; attempt++) {
+      const [rows, seen] = await db.batch(
+        this.entry ? selectSession(db, this.entry.sessionId) : selectNewestForKey(db, message.sessionKey),
+        selectDedupe(message.sessionKey, message.eventId, now),
+      );
+      if (seen[0]) {
+        metrics.duplicates += 1;
+        return { status: 200, body: { accepted: true, session_id: seen[0].session_id, duplicate: true } };
+      }
+      const row = rows[0] ?? null;
+      const statements: Statement<number>[] = [];
+      // What ends the current row, if anything: the policy first (it was already due),
+      // then the command itself for a live row.
+      let endedAs: EndReason | null = null;
+      if (row && (row.endReason === null || isRecoverable(row.endReason as EndReason))) {
+        const expired = expiryReason(policy, row.lastActiveAt, now);
+        if (expired) {
+          endedAs = expired;
+          statements.push(promoteExpired(row.id, expired, since, now));
+        } else if (row.endReason === null) {
+          endedAs = command === "stop" ? "suspended" : "new_command";
+          statements.push(endLive(row.id, endedAs, false, now));
+        }
+      }
+      if (row) statements.push(revokeRuns(row.id), ...endedEvents(row.id, now, this.eventStatus));
+      const stopped = command === "stop" && endedAs === "suspended";
+      let fresh: NewSession | null = null;
+      let insertAt = -1;
+      if (command !== "stop") {
+        const replaced = row
+          ? { sessionId: row.id, reason: (endedAs ?? row.endReason) as EndReason, hadActivity: row.messageCount > 0 }
+          : null;
+        fresh = this.freshSession(message, row, replaced, policy, now, false);
+        insertAt = statements.length;
+        statements.push(...insertSession(fresh, null), ...startedEvents(fresh.id, now, this.eventStatus));
+      }
+      const answerSessionId = fresh?.id ?? row?.id ?? null;
+      statements.push(markCommandSeen(toUserMessage(message, null), answerSessionId));
+      const replyText = fresh
+        ? COMMAND_REPLIES.started
+        : stopped
+          ? COMMAND_REPLIES.stopped
+          : COMMAND_REPLIES.nothingToStop;
+      const delivery = this.commandDelivery(message, answerSessionId, replyText, now);
+      if (delivery) {
+        // Staged before the batch, like a run: the answer is owed as soon as D1 has the command.
+        statements.push(delivery.insert);
+        this.stage(delivery.work.deliveryId, "delivery", delivery.work, now);
+      }
+      let results: number[];
+      try {
+        results = await db.batch(...statements);
+      } catch (error) {
+        if (delivery) this.store.delete(delivery.work.deliveryId);
+        throw error;
+      }
+      if (endedAs && results[0] === 1) countEnded(endedAs);
+      if (row) this.stageEvents(row.id, now);
+      if (fresh && results[insertAt] !== 1) {
+        if (delivery) this.store.delete(delivery.work.deliveryId);
+        continue;
+      }
+      if (fresh) {
+        metrics.sessions_created += 1;
+        this.adopt(entryFromNew(fresh, message, fresh.replaced));
+        this.stageEvents(fresh.id, now);
+        this.markActive(policy, now);
+      } else if (row && endedAs) {
+        this.liveDeadline = null;
+      }
+      return { status: 200, body: { accepted: true, session_id: answerSessionId, duplicate: false } };
+    }
+    throw new Error(`command did not settle after ${MAX_ROUTING_ATTEMPTS} attempts`);
+  }
+
+  private commandDelivery(message: RoutedMessage, sessionId: string | null, text: string, now: number) {
+    const sender = senderFor(message.replyTo.platform);
+    if (!sessionId || !sender?.canDeliver(message.replyTo, this.config, this.env as unknown as Record<string, unknown>))
+      return null;
+    const work: DeliveryWork = {
+      deliveryId: newId("dl"),
+      sessionId,
+      sessionKey: message.sessionKey,
+      platform: message.replyTo.platform,
+      kind: "command",
+      text,
+      notice: null,
+      eventId: message.eventId,
+      target: message.replyTo,
+    };
+    const insert = insertDelivery({
+      id: work.deliveryId,
+      sessionId,
+      runId: null,
+      eventId: message.eventId,
+      platform: work.platform,
+      kind: "command",
+      status: "pending",
+      attempts: 0,
+      lastStatus: null,
+      lastError: null,
+      text,
+      notice: null,
+      target: JSON.stringify(message.replyTo),
+      createdAt: now,
+    });
+    return { work, insert };
+  }
+
+  // ---------------------------------------------------------------- entry and alarm
+
+  private adopt(entry: Entry): void {
+    this.entry = entry;
+    this.store.writeEntry(entry);
+  }
+
+  /** The live session just had activity at `now`: its deadline moves. */
+  private markActive(policy: ResetPolicy, now: number): void {
+    this.liveDeadline = deadline(policy, now);
+  }
+
+  private stage(id: string, kind: OutboxItem["kind"], payload: unknown, dueAt: number): void {
+    this.store.put({ id, kind, payload, dueAt, attempts: 0, lastError: null, createdAt: clockNow() });
+  }
+
+  /** Queues delivery of a session's pending lifecycle events (a no-op when it has none). */
+  private stageEvents(sessionId: string, now: number): void {
+    if (this.eventStatus === "skipped") return;
+    this.stage(`events_${sessionId}`, "events", { sessionId } satisfies EventsWork, now);
+  }
+
+  /**
+   * Sets the one alarm to the earliest due work: the live session's deadline (spec:
+   * no later than it) or the next outbox item. Writes only when that changes.
+   */
+  private async rearm(now: number): Promise<void> {
+    if (this.alarmAt === undefined) this.alarmAt = await this.ctx.storage.getAlarm();
+    const candidates = [this.store.nextDueAt()];
+    if (this.liveDeadline !== undefined) candidates.push(this.liveDeadline);
+    // The deadline is unknown (D1 could not be read): look again soon, backing off.
+    else if (this.entry) candidates.push(now + backoffDelay(this.settleFailures + 1));
+    const due = candidates.filter((t): t is number => t !== null);
+    if (due.length === 0) {
+      if (this.alarmAt !== null) await this.ctx.storage.deleteAlarm();
+      this.alarmAt = null;
+      return;
+    }
+    // An alarm set for "now" from inside alarm() is dropped by the local runtime.
+    const at = Math.max(Math.min(...due), now + 1);
+    if (this.alarmAt !== at) {
+      await this.ctx.storage.setAlarm(at);
+      this.alarmAt = at;
+    }
+  }
+
+  async alarm(): Promise<void> {
+    const now = clockNow();
+    this.alarmAt = null;
+    await this.mutex
+      .run(() => this.settleLiveSession(now))
+      .catch((error) => {
+        this.settleFailures += 1;
+        this.liveDeadline = undefined;
+        console.error("alarm: could not check the live session", describe(error));
+      });
+    await this.drain(now);
+    await this.mutex.run(() => this.rearm(clockNow()));
+  }
+
+  /**
+   * The alarm's deadline check (spec invariant 6): re-read the live session, end it
+   * by its policy when due, otherwise learn its current deadline.
+   */
+  private async settleLiveSession(now: number): Promise<void> {
+    if (!this.entry) {
+      this.liveDeadline = null;
+      return;
+    }
+    if (this.liveDeadline !== undefined && (this.liveDeadline === null || this.liveDeadline > now)) return;
+    const [rows] = await this.db.batch(selectSession(this.db, this.entry.sessionId));
+    const row = rows[0];
+    this.liveDeadline = row ? await this.settleRow(row, now) : null;
+    this.settleFailures = 0;
+  }
+
+  /**
+   * Applies the policy to one row of this key against its real last activity; ends
+   * it when expired (live or recoverable), records the deadline otherwise, and
+   * writes the events of an end found out of band. Returns the row's deadline.
+   */
+  private async settleRow(row: SessionRow, now: number): Promise<number | null> {
+    const policy = this.policy(row.platform, row.chatType);
+    const reason = row.endReason as EndReason | null;
+    if (reason !== null && !isRecoverable(reason)) {
+      await this.db.batch(revokeRuns(row.id), ...endedEvents(row.id, now, this.eventStatus));
+      this.stageEvents(row.id, now);
+      return null;
+    }
+    const expired = expiryReason(policy, row.lastActiveAt, now);
+    if (!expired) {
+      const due = deadline(policy, row.lastActiveAt);
+      if (row.sweepAt !== due) await this.db.batch(setSweepAt(row.id, due));
+      return due;
+    }
+    const [promoted] = await this.db.batch(
+      promoteExpired(row.id, expired, liveSince(policy, now), now),
+      revokeRuns(row.id),
+      ...endedEvents(row.id, now, this.eventStatus),
+    );
+    if (promoted === 1) countEnded(expired);
+    this.stageEvents(row.id, now);
+    return null;
+  }
+
+  // ---------------------------------------------------------------- outbox
+
+  /** Runs every due outbox item; a failing item records its attempt and never fails the others. */
+  private async drain(now: number): Promise<void> {
+    const items = this.store.due(now);
+    await Promise.all(
+      items.map((item) =>
+        this.process(item, now).catch((error) => {
+          console.error("outbox item failed", item.kind, item.id, describe(error));
+          this.reschedule(item, describe(error), null, now);
+        }),
+      ),
+    );
+  }
+
+  private async process(item: OutboxItem, now: number): Promise<void> {
+    if (item.kind === "run") return this.processRun(item as OutboxItem<RunWork>, now);
+    if (item.kind === "delivery") return this.processDelivery(item as OutboxItem<DeliveryWork>, now);
+    return this.processEvents(item as OutboxItem<EventsWork>, now);
+  }
+
+  private reschedule(item: OutboxItem, error: string, retryAfterMs: number | null, now: number): void {
+    const attempts = item.attempts + 1;
+    const current = this.store.get(item.id);
+    if (!current) return;
+    this.store.put({ ...current, attempts, lastError: error, dueAt: now + backoffDelay(attempts, retryAfterMs) });
+  }
+
+  /** A staged run whose storing this object did not see finish (it restarted): did D1 keep it? */
+  private async confirmStaged(work: RunWork, now: number): Promise<RunWork | null> {
+    if (this.confirmedRuns.has(work.runId)) return work;
+    return this.mutex.run(async () => {
+      if (!this.store.get(work.runId)) return null;
+      const [seen] = await this.db.batch(selectDedupe(work.message.sessionKey, work.message.eventId, now));
+      const mark = seen[0];
+      if (!mark || mark.run_id !== work.runId || !mark.session_id) return null;
+      this.confirmedRuns.add(work.runId);
+      return { ...work, sessionId: mark.session_id };
+    });
+  }
+
+  private async processRun(item: OutboxItem<RunWork>, now: number): Promise<void> {
+    const work = await this.confirmStaged(item.payload, now);
+    if (!work) {
+      this.store.delete(item.id);
+      return;
+    }
+    let reply: string | null;
+    if (work.stage === "dispatch") {
+      const dispatched = await this.mutex.run(() => this.beginRun(work, now));
+      if (!dispatched) {
+        this.store.delete(item.id);
+        return;
+      }
+      const outcome = await handToAgent(this.config, agentRequest(work));
+      if (outcome.kind === "accepted") {
+        this.store.delete(item.id);
+        return;
+      }
+      if (outcome.kind === "retry" || outcome.kind === "failed") {
+        const expired = now - item.createdAt > RUN_GIVE_UP_MS;
+        if (outcome.kind === "retry" && !expired)
+          return this.reschedule(item, outcome.error, outcome.retryAfterMs, now);
+        await this.db.batch(markRunFailed(work.runId, now, outcome.error));
+        this.store.delete(item.id);
+        return;
+      }
+      reply = outcome.text;
+      // An external agent's reply is kept before it is recorded, so a restart records
+      // it rather than asking the agent a second time. The echo agent can simply answer again.
+      if (this.config.agentUrl) this.store.put({ ...item, payload: { ...work, stage: "record", reply } });
+    } else {
+      reply = work.reply ?? null;
+    }
+    const delivery = await this.mutex.run(() => this.recordRunReply(work.runId, reply, clockNow()));
+    this.store.delete(item.id);
+    if (delivery) await this.processDelivery(this.store.get<DeliveryWork>(delivery.deliveryId)!, clockNow());
+  }
+
+  /** Makes the run its session's current run; false when its session ended before the hand-off. */
+  private async beginRun(work: RunWork, now: number): Promise<boolean> {
+    const [, , , , runs] = await this.db.batch(
+      ...(dispatchRun(
+        {
+          id: work.runId,
+          sessionId: work.sessionId,
+          sessionKey: work.message.sessionKey,
+          eventId: work.message.eventId,
+          tokenHash: await sha256Hex(work.token),
+          replyTo: JSON.stringify(work.message.replyTo),
+          createdAt: work.message.receivedAt,
+        },
+        now,
+      ) as [Statement<number>, Statement<number>, Statement<number>, Statement<number>]),
+      selectRun(this.db, work.runId),
+    );
+    const run = runs[0];
+    return !!run && run.revokedReason === null && run.finishedAt === null;
+  }
+
+  /**
+   * Records a run's reply (from the agent's answer or the run API) and stages its
+   * delivery. A revoked run's reply stays on the run, and nothing is delivered.
+   * Returns the staged delivery, if any.
+   */
+  private async recordRunReply(runId: string, text: string | null, now: number): Promise<DeliveryWork | null> {
+    const [runs] = await this.db.batch(selectRun(this.db, runId));
+    const run = runs[0];
+    if (!run) return null;
+    const entry = this.entry?.sessionId === run.sessionId ? this.entry : null;
+    const target = JSON.parse(run.replyTo) as RoutedMessage["replyTo"];
+    const [platform, chatType] = [entry?.platform ?? target.platform, entry?.chatType ?? "dm"];
+    const policy = this.policy(platform, chatType);
+    const sender = senderFor(target.platform);
+    const deliverable = !!sender?.canDeliver(target, this.config, this.env as unknown as Record<string, unknown>);
+    const body = text?.trim() ? text : null;
+    const [, bumped, , , deliveryRows] = await this.db.batch(
+      ...recordReply(runId, body, liveSince(policy, now), now, { notice: entry?.notice ?? null, deliverable }),
+    );
+    if (bumped === 1 && entry?.notice) this.adopt({ ...entry, notice: null });
+    if (bumped === 1 && entry) this.markActive(policy, now);
+    if (bumped !== 1 && body !== null) {
+      // Not added: revoked, or its session ended or expired meanwhile. An expired
+      // session ends now (policy on every path), which revokes the run.
+      const [rows] = await this.db.batch(selectSession(this.db, run.sessionId));
+      if (rows[0]) {
+        const due = await this.settleRow(rows[0], now);
+        if (entry) this.liveDeadline = due;
+      }
+    }
+    const delivery = deliveryRows[0];
+    if (!delivery || delivery.status !== "pending") return null;
+    const work = deliveryWork(delivery, run.sessionKey);
+    if (!this.store.get(work.deliveryId)) this.stage(work.deliveryId, "delivery", work, now);
+    return work;
+  }
+
+  private async processDelivery(item: OutboxItem<DeliveryWork>, now: number): Promise<void> {
+    const work = item.payload;
+    const sender = senderFor(work.platform);
+    const outcome = sender
+      ? await sender.send(
+          {
+            kind: work.kind,
+            text: work.text,
+            notice: work.notice,
+            sessionKey: work.sessionKey,
+            sessionId: work.sessionId,
+            eventId: work.eventId,
+            target: work.target,
+          },
+          this.config,
+          this.env as unknown as Record<string, unknown>,
+        )
+      : {
+          ok: false,
+          retryable: false,
+          retryAfterMs: null,
+          status: null,
+          error: `no sender for platform ${work.platform}`,
+        };
+    const attempts = item.attempts + 1;
+    const retry = !outcome.ok && outcome.retryable && attempts < DELIVERY_MAX_ATTEMPTS;
+    await this.db.batch(
+      recordDeliveryAttempt(
+        work.deliveryId,
+        {
+          status: outcome.ok ? "sent" : retry ? "pending" : "failed",
+          lastStatus: outcome.status,
+          lastError: outcome.error,
+        },
+        now,
+      ),
+    );
+    if (retry) return this.reschedule(item, outcome.error ?? "failed", outcome.retryAfterMs, now);
+    this.store.delete(item.id);
+  }
+
+  private async processEvents(item: OutboxItem<EventsWork>, now: number): Promise<void> {
+    const { sessionId } = item.payload;
+    const [due] = await this.db.batch(selectDueSessionEvents(this.db, sessionId, now));
+    for (const event of due) await attemptEvent(this.db, this.config, event, now);
+    const [[next]] = await this.db.batch(selectNextSessionEventAt(sessionId));
+    const nextAt = next?.next ?? null;
+    if (nextAt === null) this.store.delete(item.id);
+    else this.store.put({ ...item, dueAt: Math.max(nextAt, now + 1) });
+  }
+
+  // ---------------------------------------------------------------- operator and agent
+
+  /** `GET /admin/routes/{key}`: the entry, the live session's deadline, and the row it points at. */
+  async inspect(): Promise<{ entry: EntryView | null; alarm_at: number | null; session: SessionRow | null }> {
+    return this.mutex.run(async () => {
+      if (!this.entry) return { entry: null, alarm_at: null, session: null };
+      const [rows] = await this.db.batch(selectSession(this.db, this.entry.sessionId));
+      const row = rows[0] ?? null;
+      const live = row !== null && row.endReason === null;
+      const policy = this.policy(this.entry.platform, this.entry.chatType);
+      return {
+        entry: {
+          session_key: this.entry.sessionKey,
+          session_id: this.entry.sessionId,
+          platform: this.entry.platform,
+          chat_type: this.entry.chatType,
+          last_active_at: row?.lastActiveAt ?? null,
+          parent_session_id: this.entry.parentId,
+          reset: this.entry.reset,
+          first_run_pending: this.entry.firstRunPending,
+          notice_pending: this.entry.notice,
+        },
+        alarm_at: live ? deadline(policy, row.lastActiveAt) : null,
+        session: row,
+      };
+    });
+  }
+
+  /** `DELETE /admin/routes/{key}`: forget the entry and its deadline; keep D1 and the outbox. */
+  async forget(): Promise<void> {
+    await this.mutex.run(async () => {
+      this.store.deleteEntry();
+      this.entry = null;
+      this.liveDeadline = null;
+      await this.rearm(clockNow());
+    });
+  }
+
+  /**
+   * Ends one of this key's sessions (operator or agent). Ending only touches a live
+   * row: an ended row is answered as it is (first reason wins, no second event).
+   */
+  async endSession(
+    sessionId: string,
+    reason: EndReason,
+  ): Promise<RpcResult<{ session: SessionRow; changed: boolean }>> {
+    return this.mutex.run(async () => {
+      const now = clockNow();
+      try {
+        const [changed, , , , rows] = await this.db.batch(
+          endLive(sessionId, reason, isRecoverable(reason), now),
+          revokeRuns(sessionId),
+          ...(endedEvents(sessionId, now, this.eventStatus) as [Statement<number>, Statement<number>]),
+          selectSession(this.db, sessionId),
+        );
+        const row = rows[0];
+        if (!row) return { status: 404, body: { error: { code: "not_found", message: `no session ${sessionId}` } } };
+        if (changed === 1) {
+          countEnded(reason);
+          this.stageEvents(sessionId, now);
+          if (this.entry?.sessionId === sessionId) {
+            const policy = this.policy(row.platform, row.chatType);
+            this.liveDeadline = isRecoverable(reason) ? deadline(policy, row.lastActiveAt) : null;
+          }
+        }
+        return { status: 200, body: { session: row, changed: changed === 1 } };
+      } catch (error) {
+        return unavailable(error);
+      } finally {
+        await this.rearm(now);
+      }
+    });
+  }
+
+  /** The sweep's poke: apply the policy to one of this key's sessions now. */
+  async checkSession(sessionId: string): Promise<void> {
+    await this.mutex.run(async () => {
+      const now = clockNow();
+      const [rows] = await this.db.batch(selectSession(this.db, sessionId));
+      const row = rows[0];
+      if (row) {
+        const due = await this.settleRow(row, now);
+        if (this.entry?.sessionId === sessionId) this.liveDeadline = due;
+      }
+      await this.rearm(now);
+    });
+  }
+
+  /** The outbox as a list (tests and diagnostics); run tokens are left out. */
+  async outbox(): Promise<{ id: string; kind: string; dueAt: number; attempts: number; lastError: string | null }[]> {
+    return this.store
+      .all()
+      .map(({ id, kind, dueAt, attempts, lastError }) => ({ id, kind, dueAt, attempts, lastError }));
+  }
+}
+
+function toUserMessage(message: RoutedMessage, runId: string | null): UserMessage {
+  return {
+    sessionKey: message.sessionKey,
+    eventId: message.eventId,
+    runId,
+    text: message.text,
+    receivedAt: message.receivedAt,
+  };
+}
+
+function entryFromRow(row: SessionRow, message: Pick<RoutedMessage, "sessionKey">): Entry {
+  return {
+    sessionKey: message.sessionKey,
+    platform: row.platform,
+    chatType: row.chatType,
+    sessionId: row.id,
+    parentId: row.parentSessionId,
+    reset:
+      row.previousSessionId && row.resetReason
+        ? { reason: row.resetReason, had_activity: !!row.resetHadActivity, previous_session_id: row.previousSessionId }
+        : null,
+    firstRunPending: row.currentRunId === null,
+    notice: row.noticePending,
+  };
+}
+
+function entryFromNew(
+  session: NewSession,
+  message: Pick<RoutedMessage, "sessionKey">,
+  replaced: Replaced | null,
+): Entry {
+  return {
+    sessionKey: message.sessionKey,
+    platform: session.platform,
+    chatType: session.chatType,
+    sessionId: session.id,
+    parentId: session.parentSessionId,
+    reset: replaced
+      ? { reason: replaced.reason, had_activity: replaced.hadActivity, previous_session_id: replaced.sessionId }
+      : null,
+    firstRunPending: true,
+    notice: session.noticePending,
+  };
+}
+
+function agentRequest(work: RunWork): AgentRunRequest {
+  const m = work.message;
+  return {
+    run_id: work.runId,
+    run_token: work.token,
+    session: { id: work.sessionId, key: m.sessionKey, is_new: work.isNew, parent_id: work.parentId },
+    reset: work.reset,
+    message: {
+      event_id: m.eventId,
+      platform: m.platform,
+      chat_id: m.chatId,
+      chat_type: m.chatType,
+      user_id: m.userId,
+      thread_id: m.threadId,
+      text: m.text,
+      received_at: m.receivedAt,
+    },
+  };
+}
+
+function deliveryWork(row: DeliveryRow, sessionKey: string): DeliveryWork {
+  return {
+    deliveryId: row.id,
+    sessionId: row.sessionId,
+    sessionKey,
+    platform: row.platform,
+    kind: row.kind,
+    text: row.text,
+    notice: row.notice,
+    eventId: row.eventId,
+    target: JSON.parse(row.target) as RoutedMessage["replyTo"],
+  };
+}

@@ -1,0 +1,126 @@
+/**
+ * The routing object's own SQLite storage: its routing entry and its outbox of
+ * due work (agent hand-offs, platform deliveries, event deliveries). Tables are
+ * created idempotently when the object wakes; every write is synchronous, so the
+ * runtime's output gate makes it durable before anything the object sends next
+ * (a D1 call, an RPC answer) leaves the object.
+ */
+
+/** Which session is live for this key, as the object last knew it (a cache of D1). */
+export interface Entry {
+  sessionKey: string;
+  platform: string;
+  chatType: string;
+  sessionId: string;
+  parentId: string | null;
+  /** Why the session replaced the one before it; handed to its first run. */
+  reset: { reason: string; had_activity: boolean; previous_session_id: string } | null;
+  /** The session has had no run yet (its next run is `is_new`). */
+  firstRunPending: boolean;
+  /** The reset notice owed to the first reply (spec invariant 10). */
+  notice: string | null;
+}
+
+export type OutboxKind = "run" | "delivery" | "events";
+
+export interface OutboxItem<P = unknown> {
+  id: string;
+  kind: OutboxKind;
+  payload: P;
+  dueAt: number;
+  attempts: number;
+  lastError: string | null;
+  createdAt: number;
+}
+
+interface OutboxRow extends Record<string, SqlStorageValue> {
+  id: string;
+  kind: string;
+  payload: string;
+  due_at: number;
+  attempts: number;
+  last_error: string | null;
+  created_at: number;
+}
+
+export class RouterStorage {
+  constructor(private readonly sql: SqlStorage) {
+    sql.exec(`CREATE TABLE IF NOT EXISTS entry (id INTEGER PRIMARY KEY CHECK (id = 1), data TEXT NOT NULL)`);
+    sql.exec(`CREATE TABLE IF NOT EXISTS outbox (
+      id TEXT PRIMARY KEY, kind TEXT NOT NULL, payload TEXT NOT NULL, due_at INTEGER NOT NULL,
+      attempts INTEGER NOT NULL DEFAULT 0, last_error TEXT, created_at INTEGER NOT NULL)`);
+    sql.exec(`CREATE INDEX IF NOT EXISTS outbox_due ON outbox (due_at)`);
+  }
+
+  readEntry(): Entry | null {
+    const row = this.sql.exec<{ data: string }>(`SELECT data FROM entry WHERE id = 1`).toArray()[0];
+    return row ? (JSON.parse(row.data) as Entry) : null;
+  }
+
+  writeEntry(entry: Entry): void {
+    this.sql.exec(
+      `INSERT INTO entry (id, data) VALUES (1, ?) ON CONFLICT (id) DO UPDATE SET data = excluded.data`,
+      JSON.stringify(entry),
+    );
+  }
+
+  deleteEntry(): void {
+    this.sql.exec(`DELETE FROM entry`);
+  }
+
+  put(item: OutboxItem): void {
+    this.sql.exec(
+      `INSERT INTO outbox (id, kind, payload, due_at, attempts, last_error, created_at) VALUES (?, ?, ?, ?, ?, ?, ?)
+        ON CONFLICT (id) DO UPDATE SET kind = excluded.kind, payload = excluded.payload, due_at = excluded.due_at,
+          attempts = excluded.attempts, last_error = excluded.last_error`,
+      item.id,
+      item.kind,
+      JSON.stringify(item.payload),
+      item.dueAt,
+      item.attempts,
+      item.lastError,
+      item.createdAt,
+    );
+  }
+
+  get<P>(id: string): OutboxItem<P> | null {
+    const row = this.sql.exec<OutboxRow>(`SELECT * FROM outbox WHERE id = ?`, id).toArray()[0];
+    return row ? toItem<P>(row) : null;
+  }
+
+  delete(id: string): void {
+    this.sql.exec(`DELETE FROM outbox WHERE id = ?`, id);
+  }
+
+  /** Items due at or before `now`, oldest first. */
+  due(now: number, limit = 50): OutboxItem[] {
+    return this.sql
+      .exec<OutboxRow>(`SELECT * FROM outbox WHERE due_at <= ? ORDER BY due_at, created_at LIMIT ?`, now, limit)
+      .toArray()
+      .map((row) => toItem(row));
+  }
+
+  nextDueAt(): number | null {
+    const row = this.sql.exec<{ next: number | null }>(`SELECT MIN(due_at) AS next FROM outbox`).toArray()[0];
+    return row?.next ?? null;
+  }
+
+  all(): OutboxItem[] {
+    return this.sql
+      .exec<OutboxRow>(`SELECT * FROM outbox ORDER BY due_at, created_at`)
+      .toArray()
+      .map((row) => toItem(row));
+  }
+}
+
+function toItem<P>(row: OutboxRow): OutboxItem<P> {
+  return {
+    id: row.id,
+    kind: row.kind as OutboxKind,
+    payload: JSON.parse(row.payload) as P,
+    dueAt: row.due_at,
+    attempts: row.attempts,
+    lastError: row.last_error,
+    createdAt: row.created_at,
+  };
+}
