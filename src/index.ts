@@ -6,6 +6,7 @@ import { Hono } from "hono";
 import { configOf } from "./config";
 import { apiError, errorBody, renderError } from "./http/errors";
 import { admin } from "./routes/admin";
+import { agentApi } from "./routes/agent";
 import { webhooks } from "./routes/webhooks";
 import { sweep } from "./sweep";
 
@@ -28,6 +29,7 @@ app.get("/healthz", async (c) => {
 
 app.route("/webhooks", webhooks);
 app.route("/admin", admin);
+app.route("/v1", agentApi);
 
 export default {
   fetch: app.fetch,

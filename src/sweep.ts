@@ -1,26 +1,70 @@
 /**
  * The scheduled sweep (Cron Trigger, every minute): the backstop for work whose
- * routing object did not do it on time. Every query is served by an index and
- * reads only what is due.
+ * routing object did not do it on time. It never ends a session itself: it asks
+ * the session's routing object to look (one path for ending). Every query is
+ * served by an index and reads only what is due.
+ *
+ * - Sessions whose `sweep_at` passed more than SWEEP_GRACE_MS ago: a deadline the
+ *   object's alarm missed (its entry was forgotten, or its alarm lost), a
+ *   recoverable row waiting for promotion, or a run lease that ran out (orphan
+ *   reaping and cron sessions whose run vanished).
+ * - Lifecycle events whose next attempt is overdue.
+ * - Dedupe marks older than DEDUPE_DAYS_KEPT days.
  */
+import { now as clockNow } from "./clock";
 import { configOf } from "./config";
 import { Database, exec } from "./db/client";
-import { dayOf } from "./db/sql-lists";
 import { selectOverdueEvents } from "./db/events";
+import { selectSweepDue } from "./db/sessions";
+import { dayOf } from "./db/sql-lists";
 import { attemptEvent } from "./hooks/deliver";
-import { now as clockNow } from "./clock";
+import { describe } from "./http/outbound";
+import { routerFor } from "./routing/client";
 
 /** Dedupe marks are kept for whole UTC days: the current one and the two before it (48 to 72 hours). */
 export const DEDUPE_DAYS_KEPT = 3;
+/** The routing object's own alarm gets this long to act before the sweep steps in. */
+export const SWEEP_GRACE_MS = 60_000;
 const BATCH = 100;
 
-export async function sweep(env: Env, scheduledTime: number = clockNow()): Promise<void> {
+export interface SweepReport {
+  sessionsChecked: number;
+  eventsAttempted: number;
+  failures: number;
+}
+
+export async function sweep(env: Env, scheduledTime: number = clockNow()): Promise<SweepReport> {
   const config = configOf(env);
   const db = new Database(env.DB, "background");
   const now = Math.max(scheduledTime, clockNow());
-  await db.batch(exec(`DELETE FROM inbound_events WHERE day < ?`, dayOf(now) - (DEDUPE_DAYS_KEPT - 1)));
+  const report: SweepReport = { sessionsChecked: 0, eventsAttempted: 0, failures: 0 };
+
+  const [due] = await db.batch(selectSweepDue(now - SWEEP_GRACE_MS, BATCH));
+  await Promise.all(
+    due.map(async (row) => {
+      try {
+        await routerFor(env, row.session_key).checkSession(row.id);
+        report.sessionsChecked += 1;
+      } catch (error) {
+        report.failures += 1;
+        console.error("sweep: could not check session", row.id, describe(error));
+      }
+    }),
+  );
+
   if (config.hookUrls.length > 0) {
-    const [overdue] = await db.batch(selectOverdueEvents(db, now, BATCH));
-    for (const event of overdue) await attemptEvent(db, config, event, now);
+    const [overdue] = await db.batch(selectOverdueEvents(db, now - SWEEP_GRACE_MS, BATCH));
+    for (const event of overdue) {
+      try {
+        await attemptEvent(db, config, event, now);
+        report.eventsAttempted += 1;
+      } catch (error) {
+        report.failures += 1;
+        console.error("sweep: event attempt failed", event.id, describe(error));
+      }
+    }
   }
+
+  await db.batch(exec(`DELETE FROM inbound_events WHERE day < ?`, dayOf(now) - (DEDUPE_DAYS_KEPT - 1)));
+  return report;
 }

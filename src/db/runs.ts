@@ -1,7 +1,7 @@
 /** Statements on `runs`: dispatch, revocation, and the one-batch recording of a reply. */
 import { eq } from "drizzle-orm";
 import { exec, selectRows, selectRowsSql, type Database, type Statement } from "./client";
-import { deliveries, runs, type DeliveryRow, type RunRow } from "./schema";
+import { deliveries, runs, sessions, type DeliveryRow, type RunRow, type SessionRow } from "./schema";
 import { sqlTime } from "./sql-lists";
 
 export interface NewRun {
@@ -62,6 +62,23 @@ export function revokeRuns(sessionId: string): Statement<number> {
 
 export function selectRun(db: Database, runId: string): Statement<RunRow[]> {
   return selectRows(runs, db.q.select().from(runs).where(eq(runs.id, runId)));
+}
+
+/** The session a run currently belongs to (a rotation moves runs to the continuation). */
+export function selectSessionOfRun(runId: string): Statement<SessionRow[]> {
+  return selectRowsSql(sessions, `SELECT * FROM sessions WHERE id = (SELECT session_id FROM runs WHERE id = ?)`, runId);
+}
+
+/**
+ * A rotation moves the session's unfinished runs, still current, to the
+ * continuation: their replies land there, and they are not revoked.
+ */
+export function moveRuns(fromSessionId: string, toSessionId: string): Statement<number> {
+  return exec(
+    `UPDATE runs SET session_id = ? WHERE session_id = ? AND finished_at IS NULL AND revoked_reason IS NULL`,
+    toSessionId,
+    fromSessionId,
+  );
 }
 
 export function touchHeartbeat(runId: string, now: number): Statement<number> {

@@ -156,24 +156,33 @@ export interface NewSession {
   chatType: string;
   startedAt: number;
   parentSessionId: string | null;
-  /** The row this one replaces, and the end reason the caller saw on it. */
+  /** The ended row this one replaces (reset context), and the end reason the caller saw on it. */
   replaced: Replaced | null;
   noticePending: string | null;
   sweepAt: number | null;
+  /** A continuation keeps its parent's last activity, so a rotation never re-arms the idle clock. */
+  lastActiveAt?: number;
+  /** A continuation adopts its parent's current run. */
+  currentRunId?: string | null;
 }
 
 /**
- * Inserts a session, only if the row it replaces still carries the end reason the
- * caller saw (so a race can never leave two live rows for one key) and, when it
- * starts with a message, only if that message's event is new. With `first`, the
- * message and its dedupe mark follow in the same chain.
+ * Inserts a session, only if the row it follows (`replaced`, or the parent of a
+ * continuation) still carries the end reason the caller saw, so a race can never
+ * leave two live rows for one key; and, when it starts with a message, only if
+ * that message's event is new. With `first`, the message and its dedupe mark
+ * follow in the same chain.
  */
-export function insertSession(session: NewSession, first: UserMessage | null): Statement<number>[] {
+export function insertSession(
+  session: NewSession,
+  first: UserMessage | null,
+  follows: { sessionId: string; reason: string } | null = session.replaced,
+): Statement<number>[] {
   const conditions = ["1 = 1"];
   const guardParams: unknown[] = [];
-  if (session.replaced) {
+  if (follows) {
     conditions.push(`EXISTS (SELECT 1 FROM sessions WHERE id = ? AND end_reason = ?)`);
-    guardParams.push(session.replaced.sessionId, session.replaced.reason);
+    guardParams.push(follows.sessionId, follows.reason);
   }
   if (first) {
     conditions.push(NOT_SEEN);
@@ -181,14 +190,14 @@ export function insertSession(session: NewSession, first: UserMessage | null): S
   }
   const insert = exec(
     `INSERT INTO sessions (id, session_key, platform, chat_type, started_at, last_active_at, message_count,
-        parent_session_id, previous_session_id, reset_reason, reset_had_activity, notice_pending, sweep_at)
-      SELECT ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ? WHERE ${conditions.join(" AND ")}`,
+        parent_session_id, previous_session_id, reset_reason, reset_had_activity, notice_pending, sweep_at, current_run_id)
+      SELECT ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ? WHERE ${conditions.join(" AND ")}`,
     session.id,
     session.sessionKey,
     session.platform,
     session.chatType,
     session.startedAt,
-    first ? first.receivedAt : session.startedAt,
+    first ? first.receivedAt : (session.lastActiveAt ?? session.startedAt),
     first ? 1 : 0,
     session.parentSessionId,
     session.replaced?.sessionId ?? null,
@@ -196,6 +205,7 @@ export function insertSession(session: NewSession, first: UserMessage | null): S
     session.replaced ? (session.replaced.hadActivity ? 1 : 0) : null,
     session.noticePending,
     session.sweepAt,
+    session.currentRunId ?? null,
     ...guardParams,
   );
   if (!first) return [insert];
@@ -258,6 +268,24 @@ export function reopenRecoverable(sessionId: string, liveSince: number, sweepAt:
     sweepAt,
     sessionId,
     sqlTime(liveSince),
+  );
+}
+
+/** A row that became a durable boundary out of band needs no more looking at. */
+export function clearSweepAt(sessionId: string): Statement<number> {
+  return exec(
+    `UPDATE sessions SET sweep_at = NULL WHERE id = ? AND sweep_at IS NOT NULL
+      AND end_reason IS NOT NULL AND end_reason NOT IN (${RECOVERABLE_SQL})`,
+    sessionId,
+  );
+}
+
+/** Sessions whose `sweep_at` passed before `before`, oldest first (served by sessions_sweep). */
+export function selectSweepDue(before: number, limit: number): Statement<{ id: string; session_key: string }[]> {
+  return query(
+    `SELECT id, session_key FROM sessions WHERE sweep_at IS NOT NULL AND sweep_at <= ? ORDER BY sweep_at LIMIT ?`,
+    before,
+    limit,
   );
 }
 

@@ -22,10 +22,19 @@ import {
   type InitialStatus,
 } from "../db/events";
 import { insertDelivery, recordDeliveryAttempt } from "../db/deliveries";
-import { dispatchRun, markRunFailed, recordReply, revokeRuns, selectRun } from "../db/runs";
+import {
+  dispatchRun,
+  markRunFailed,
+  moveRuns,
+  recordReply,
+  revokeRuns,
+  selectRun,
+  selectSessionOfRun,
+} from "../db/runs";
 import type { DeliveryRow, SessionRow } from "../db/schema";
 import {
   appendUserMessage,
+  clearSweepAt,
   endLive,
   insertSession,
   markCommandSeen,
@@ -40,7 +49,10 @@ import {
 } from "../db/sessions";
 import { COMMAND_REPLIES, parseCommand, type Command } from "../domain/commands";
 import { isRecoverable, noticeFor, type EndReason } from "../domain/end-reasons";
-import type { RoutedMessage } from "../domain/inbound";
+import type { ReplyTarget, RoutedMessage } from "../domain/inbound";
+import { isCurrentRun, ownership, revocationFor, type NotOwnedReason } from "../domain/ownership";
+import { cronSessionKey } from "../domain/session-key";
+import { makeRunToken } from "../domain/run-token";
 import { decide, type Replaced } from "../domain/routing-decision";
 import { deadline, expiryReason, liveSince, resolvePolicy, type ResetPolicy } from "../domain/reset-policy";
 import { handToAgent } from "../agent/dispatch";
@@ -59,7 +71,8 @@ export interface ErrorBody {
 }
 
 /** What an RPC method answers: an HTTP status and JSON body for the worker to pass on. */
-export type RpcResult<B> = { status: 200; body: B } | { status: 404 | 409 | 500 | 503; body: ErrorBody };
+export type RpcResult<B> =
+  { status: 200; body: B } | { status: 409; body: NotOwnedBody } | { status: 404 | 500 | 503; body: ErrorBody };
 
 /** The routing entry as the operator API shows it. */
 export interface EntryView {
@@ -112,12 +125,43 @@ interface EventsWork {
   sessionId: string;
 }
 
+/**
+ * A run the agent accepted (202) must be heard from (a heartbeat or its reply)
+ * within this long, or its owner is taken to have vanished.
+ */
+export const RUN_LEASE_MS = 10 * 60_000;
+
 /** A message is never stored after this many conflicting rereads; the platform retries instead. */
 const MAX_ROUTING_ATTEMPTS = 3;
 /** Hand-offs are retried for a day; after that the run is marked failed. */
 const RUN_GIVE_UP_MS = 24 * 60 * 60_000;
 /** Platform deliveries are retried this many times before they are marked failed. */
 const DELIVERY_MAX_ATTEMPTS = 10;
+
+const notFound = (message: string): { status: 404; body: ErrorBody } => ({
+  status: 404,
+  body: { error: { code: "not_found", message } },
+});
+
+/** 409 `{"owns": false, "reason"}`: the run is not (or no longer) the session's current run. */
+export interface NotOwnedBody {
+  owns: false;
+  reason: NotOwnedReason;
+}
+const notOwned = (reason: NotOwnedReason): { status: 409; body: NotOwnedBody } => ({
+  status: 409,
+  body: { owns: false, reason },
+});
+
+interface RecordedReply {
+  finished: boolean;
+  added: boolean;
+  delivery: DeliveryWork | null;
+}
+
+/** The platform name of scheduled jobs' sessions (`cron:{job_id}:{run_id}`). */
+export const CRON_PLATFORM = "cron";
+const isCronSession = (row: Pick<SessionRow, "platform">) => row.platform === CRON_PLATFORM;
 
 const unavailable = (error: unknown): { status: 503; body: ErrorBody } => ({
   status: 503,
@@ -176,15 +220,19 @@ export class SessionRouter extends DurableObject<Env> {
     });
   }
 
-  private async storeAndStage(message: RoutedMessage, policy: ResetPolicy): Promise<RpcResult<AcceptedBody>> {
+  private async storeAndStage(
+    message: RoutedMessage,
+    policy: ResetPolicy,
+    runId = newId("run"),
+  ): Promise<RpcResult<AcceptedBody>> {
     const now = message.receivedAt;
     // Stage the hand-off before D1 sees the message: the output gate makes this write
     // durable first, so a stored message can never be left without its hand-off.
     const predicted = this.entry;
     const work: RunWork = {
       stage: "dispatch",
-      runId: newId("run"),
-      token: randomToken(),
+      runId,
+      token: makeRunToken(runId, randomToken()),
       sessionId: predicted?.sessionId ?? "",
       isNew: predicted?.firstRunPending ?? true,
       parentId: predicted?.parentId ?? null,
@@ -510,32 +558,101 @@ export class SessionRouter extends DurableObject<Env> {
   }
 
   /**
-   * Applies the policy to one row of this key against its real last activity; ends
-   * it when expired (live or recoverable), records the deadline otherwise, and
-   * writes the events of an end found out of band. Returns the row's deadline.
+   * Applies the policy to one row of this key against its real last activity: ends
+   * it when expired (live or recoverable), ends a live one whose run owner vanished
+   * (its lease ran out), writes the events of an end found out of band, and
+   * otherwise records when to look at it next. Returns that time (null: never).
    */
   private async settleRow(row: SessionRow, now: number): Promise<number | null> {
     const policy = this.policy(row.platform, row.chatType);
     const reason = row.endReason as EndReason | null;
     if (reason !== null && !isRecoverable(reason)) {
-      await this.db.batch(revokeRuns(row.id), ...endedEvents(row.id, now, this.eventStatus));
+      await this.db.batch(revokeRuns(row.id), clearSweepAt(row.id), ...endedEvents(row.id, now, this.eventStatus));
       this.stageEvents(row.id, now);
       return null;
     }
     const expired = expiryReason(policy, row.lastActiveAt, now);
-    if (!expired) {
-      const due = deadline(policy, row.lastActiveAt);
-      if (row.sweepAt !== due) await this.db.batch(setSweepAt(row.id, due));
-      return due;
+    if (expired) {
+      const [promoted] = await this.db.batch(
+        promoteExpired(row.id, expired, liveSince(policy, now), now),
+        revokeRuns(row.id),
+        ...endedEvents(row.id, now, this.eventStatus),
+      );
+      if (promoted === 1) countEnded(expired);
+      this.stageEvents(row.id, now);
+      return null;
     }
-    const [promoted] = await this.db.batch(
-      promoteExpired(row.id, expired, liveSince(policy, now), now),
-      revokeRuns(row.id),
-      ...endedEvents(row.id, now, this.eventStatus),
+    let next = deadline(policy, row.lastActiveAt);
+    if (reason === null) {
+      const lease = await this.leaseOf(row, now);
+      if (lease.lapsed) {
+        const ending: EndReason = isCronSession(row) ? "cron_complete" : "orphan_reap";
+        await this.endNow(row.id, ending, now);
+        return ending === "orphan_reap" ? next : null;
+      }
+      if (lease.until !== null) next = next === null ? lease.until : Math.min(next, lease.until);
+    }
+    if (row.sweepAt !== next) await this.db.batch(setSweepAt(row.id, next));
+    return next;
+  }
+
+  /**
+   * Who owns a live session's turn (spec "orphan_reap"): the gateway while a hand-off
+   * is in its outbox; otherwise the current run while it is unfinished and has been
+   * heard from (dispatched, or a heartbeat) within RUN_LEASE_MS. A run silent for
+   * longer has vanished. A cron session with no run left has vanished too.
+   */
+  private async leaseOf(row: SessionRow, now: number): Promise<{ lapsed: boolean; until: number | null }> {
+    if (this.store.all().some((item) => item.kind === "run" && (item.payload as RunWork).sessionId === row.id)) {
+      return { lapsed: false, until: null };
+    }
+    if (!row.currentRunId) return { lapsed: isCronSession(row), until: null };
+    const [runs] = await this.db.batch(selectRun(this.db, row.currentRunId));
+    const run = runs[0];
+    if (!run || run.finishedAt !== null || run.revokedReason !== null)
+      return { lapsed: isCronSession(row), until: null };
+    const heardAt = run.lastHeartbeatAt ?? run.dispatchedAt ?? run.createdAt;
+    const until = heardAt + RUN_LEASE_MS;
+    return until <= now ? { lapsed: true, until: null } : { lapsed: false, until };
+  }
+
+  /**
+   * Ends a live session for `reason` with its events and run revocations, first
+   * reason wins. The one path every explicit end takes (operator, agent, cron,
+   * orphan reaping).
+   */
+  private async endNow(
+    sessionId: string,
+    reason: EndReason,
+    now: number,
+  ): Promise<{ changed: boolean; row: SessionRow | null }> {
+    const [changed, , , , rows] = await this.db.batch(
+      endLive(sessionId, reason, isRecoverable(reason), now),
+      revokeRuns(sessionId),
+      ...(endedEvents(sessionId, now, this.eventStatus) as [Statement<number>, Statement<number>]),
+      selectSession(this.db, sessionId),
     );
-    if (promoted === 1) countEnded(expired);
-    this.stageEvents(row.id, now);
-    return null;
+    const row = rows[0] ?? null;
+    if (changed === 1 && row) {
+      countEnded(reason);
+      this.stageEvents(sessionId, now);
+      if (this.entry?.sessionId === sessionId) {
+        this.liveDeadline = isRecoverable(reason)
+          ? deadline(this.policy(row.platform, row.chatType), row.lastActiveAt)
+          : null;
+      }
+    }
+    return { changed: changed === 1, row };
+  }
+
+  /** The agent took the turn and answers later (202): expect to hear from it within the lease. */
+  private async expectHeartbeats(sessionId: string, now: number): Promise<void> {
+    if (this.entry?.sessionId !== sessionId) return;
+    const until = now + RUN_LEASE_MS;
+    const next =
+      this.liveDeadline === undefined || this.liveDeadline === null ? until : Math.min(this.liveDeadline, until);
+    this.liveDeadline = next;
+    await this.db.batch(setSweepAt(sessionId, next));
   }
 
   // ---------------------------------------------------------------- outbox
@@ -595,6 +712,7 @@ export class SessionRouter extends DurableObject<Env> {
       const outcome = await handToAgent(this.config, agentRequest(work));
       if (outcome.kind === "accepted") {
         this.store.delete(item.id);
+        await this.mutex.run(() => this.expectHeartbeats(work.sessionId, clockNow()));
         return;
       }
       if (outcome.kind === "retry" || outcome.kind === "failed") {
@@ -612,9 +730,10 @@ export class SessionRouter extends DurableObject<Env> {
     } else {
       reply = work.reply ?? null;
     }
-    const delivery = await this.mutex.run(() => this.recordRunReply(work.runId, reply, clockNow()));
+    const recorded = await this.mutex.run(() => this.recordRunReply(work.runId, reply, clockNow()));
     this.store.delete(item.id);
-    if (delivery) await this.processDelivery(this.store.get<DeliveryWork>(delivery.deliveryId)!, clockNow());
+    const delivery = recorded?.delivery ? this.store.get<DeliveryWork>(recorded.delivery.deliveryId) : null;
+    if (delivery) await this.processDelivery(delivery, clockNow());
   }
 
   /** Makes the run its session's current run; false when its session ended before the hand-off. */
@@ -640,39 +759,40 @@ export class SessionRouter extends DurableObject<Env> {
 
   /**
    * Records a run's reply (from the agent's answer or the run API) and stages its
-   * delivery. A revoked run's reply stays on the run, and nothing is delivered.
-   * Returns the staged delivery, if any.
+   * delivery. A revoked run's reply stays on the run, and nothing is delivered. A
+   * cron session ends as `cron_complete` once its run has finished.
    */
-  private async recordRunReply(runId: string, text: string | null, now: number): Promise<DeliveryWork | null> {
-    const [runs] = await this.db.batch(selectRun(this.db, runId));
+  private async recordRunReply(runId: string, text: string | null, now: number): Promise<RecordedReply | null> {
+    const [runs, sessions] = await this.db.batch(selectRun(this.db, runId), selectSessionOfRun(runId));
     const run = runs[0];
-    if (!run) return null;
-    const entry = this.entry?.sessionId === run.sessionId ? this.entry : null;
-    const target = JSON.parse(run.replyTo) as RoutedMessage["replyTo"];
-    const [platform, chatType] = [entry?.platform ?? target.platform, entry?.chatType ?? "dm"];
-    const policy = this.policy(platform, chatType);
-    const sender = senderFor(target.platform);
-    const deliverable = !!sender?.canDeliver(target, this.config, this.env as unknown as Record<string, unknown>);
-    const body = text?.trim() ? text : null;
-    const [, bumped, , , deliveryRows] = await this.db.batch(
-      ...recordReply(runId, body, liveSince(policy, now), now, { notice: entry?.notice ?? null, deliverable }),
+    const session = sessions[0];
+    if (!run || !session) return null;
+    const policy = this.policy(session.platform, session.chatType);
+    const target = JSON.parse(run.replyTo) as ReplyTarget;
+    const deliverable = !!senderFor(target.platform)?.canDeliver(
+      target,
+      this.config,
+      this.env as unknown as Record<string, unknown>,
     );
-    if (bumped === 1 && entry?.notice) this.adopt({ ...entry, notice: null });
-    if (bumped === 1 && entry) this.markActive(policy, now);
-    if (bumped !== 1 && body !== null) {
+    const body = text?.trim() ? text : null;
+    const [finished, added, , , deliveryRows] = await this.db.batch(
+      ...recordReply(runId, body, liveSince(policy, now), now, { notice: session.noticePending, deliverable }),
+    );
+    if (added === 1 && this.entry?.sessionId === session.id) this.markActive(policy, now);
+    if (added !== 1 && finished === 1 && body !== null) {
       // Not added: revoked, or its session ended or expired meanwhile. An expired
       // session ends now (policy on every path), which revokes the run.
-      const [rows] = await this.db.batch(selectSession(this.db, run.sessionId));
-      if (rows[0]) {
-        const due = await this.settleRow(rows[0], now);
-        if (entry) this.liveDeadline = due;
-      }
+      const due = await this.settleRow(session, now);
+      if (this.entry?.sessionId === session.id) this.liveDeadline = due;
     }
-    const delivery = deliveryRows[0];
-    if (!delivery || delivery.status !== "pending") return null;
-    const work = deliveryWork(delivery, run.sessionKey);
-    if (!this.store.get(work.deliveryId)) this.stage(work.deliveryId, "delivery", work, now);
-    return work;
+    if (finished === 1 && isCronSession(session)) await this.endNow(session.id, "cron_complete", now);
+    const row = deliveryRows[0];
+    let delivery: DeliveryWork | null = null;
+    if (row && row.status === "pending") {
+      delivery = deliveryWork(row, run.sessionKey);
+      if (!this.store.get(delivery.deliveryId)) this.stage(delivery.deliveryId, "delivery", delivery, now);
+    }
+    return { finished: finished === 1, added: added === 1, delivery };
   }
 
   private async processDelivery(item: OutboxItem<DeliveryWork>, now: number): Promise<void> {
@@ -746,7 +866,7 @@ export class SessionRouter extends DurableObject<Env> {
           parent_session_id: this.entry.parentId,
           reset: this.entry.reset,
           first_run_pending: this.entry.firstRunPending,
-          notice_pending: this.entry.notice,
+          notice_pending: row?.noticePending ?? null,
         },
         alarm_at: live ? deadline(policy, row.lastActiveAt) : null,
         session: row,
@@ -765,8 +885,9 @@ export class SessionRouter extends DurableObject<Env> {
   }
 
   /**
-   * Ends one of this key's sessions (operator or agent). Ending only touches a live
-   * row: an ended row is answered as it is (first reason wins, no second event).
+   * `POST /admin/sessions/{id}/end`: ends one of this key's sessions. Ending only
+   * touches a live row: an ended row is answered as it is (first reason wins, no
+   * second event).
    */
   async endSession(
     sessionId: string,
@@ -775,23 +896,9 @@ export class SessionRouter extends DurableObject<Env> {
     return this.mutex.run(async () => {
       const now = clockNow();
       try {
-        const [changed, , , , rows] = await this.db.batch(
-          endLive(sessionId, reason, isRecoverable(reason), now),
-          revokeRuns(sessionId),
-          ...(endedEvents(sessionId, now, this.eventStatus) as [Statement<number>, Statement<number>]),
-          selectSession(this.db, sessionId),
-        );
-        const row = rows[0];
-        if (!row) return { status: 404, body: { error: { code: "not_found", message: `no session ${sessionId}` } } };
-        if (changed === 1) {
-          countEnded(reason);
-          this.stageEvents(sessionId, now);
-          if (this.entry?.sessionId === sessionId) {
-            const policy = this.policy(row.platform, row.chatType);
-            this.liveDeadline = isRecoverable(reason) ? deadline(policy, row.lastActiveAt) : null;
-          }
-        }
-        return { status: 200, body: { session: row, changed: changed === 1 } };
+        const { changed, row } = await this.endNow(sessionId, reason, now);
+        if (!row) return notFound(`no session ${sessionId}`);
+        return { status: 200, body: { session: row, changed } };
       } catch (error) {
         return unavailable(error);
       } finally {
@@ -811,6 +918,217 @@ export class SessionRouter extends DurableObject<Env> {
         if (this.entry?.sessionId === sessionId) this.liveDeadline = due;
       }
       await this.rearm(now);
+    });
+  }
+
+  // ---------------------------------------------------------------- agent API
+
+  /** `POST /v1/runs/{id}/reply`: records and delivers the reply of a run that is not revoked. */
+  async runReply(runId: string, text: string): Promise<RpcResult<{ recorded: true }>> {
+    return this.mutex.run(async () => {
+      const now = clockNow();
+      try {
+        const [runs, sessions] = await this.db.batch(selectRun(this.db, runId), selectSessionOfRun(runId));
+        const run = runs[0];
+        const session = sessions[0];
+        if (!run || !session) return notFound(`no run ${runId}`);
+        // A superseded run still delivers its reply; a revoked or finished one does not.
+        if (run.revokedReason) return notOwned(run.revokedReason as NotOwnedReason);
+        if (session.endReason !== null) return notOwned(revocationFor(session.endReason));
+        if (run.finishedAt !== null) return notOwned("finished");
+        const recorded = await this.recordRunReply(runId, text, now);
+        if (!recorded?.finished) return notOwned("finished");
+        if (!recorded.added && text.trim() !== "") {
+          const [[after]] = await this.db.batch(selectRun(this.db, runId));
+          return notOwned((after?.revokedReason as NotOwnedReason | null) ?? "session_ended");
+        }
+        return { status: 200, body: { recorded: true } };
+      } catch (error) {
+        return unavailable(error);
+      } finally {
+        await this.rearm(now);
+      }
+    });
+  }
+
+  /**
+   * `POST /v1/runs/{id}/progress`: sent to the chat only while the run owns its
+   * session. The check and the send happen under the lock, so no `/new` or `/stop`
+   * can slip between them; a progress notice is sent once and not retried.
+   */
+  async progress(runId: string, text: string): Promise<RpcResult<{ owns: true; sent: boolean }>> {
+    return this.mutex.run(async () => {
+      const now = clockNow();
+      try {
+        const [runs, sessions] = await this.db.batch(selectRun(this.db, runId), selectSessionOfRun(runId));
+        const run = runs[0];
+        const session = sessions[0];
+        if (!run || !session) return notFound(`no run ${runId}`);
+        const state = ownership({ run, session });
+        if (!state.owns) return notOwned(state.reason);
+        const target = JSON.parse(run.replyTo) as ReplyTarget;
+        const sender = senderFor(target.platform);
+        const env = this.env as unknown as Record<string, unknown>;
+        if (!sender?.canDeliver(target, this.config, env)) return { status: 200, body: { owns: true, sent: false } };
+        const outcome = await sender.send(
+          {
+            kind: "progress",
+            text,
+            notice: null,
+            sessionKey: session.sessionKey,
+            sessionId: session.id,
+            eventId: run.eventId,
+            target,
+          },
+          this.config,
+          env,
+        );
+        await this.db.batch(
+          insertDelivery({
+            id: newId("dl"),
+            sessionId: session.id,
+            runId,
+            eventId: run.eventId,
+            platform: target.platform,
+            kind: "progress",
+            status: outcome.ok ? "sent" : "failed",
+            attempts: 1,
+            lastStatus: outcome.status,
+            lastError: outcome.error,
+            text,
+            notice: null,
+            target: run.replyTo,
+            createdAt: now,
+          }),
+        );
+        return { status: 200, body: { owns: true, sent: outcome.ok } };
+      } catch (error) {
+        return unavailable(error);
+      }
+    });
+  }
+
+  /**
+   * `POST /v1/sessions/{id}/end` by a run: only the session's current run (finished
+   * or not) may end a live session; an ended row is answered unchanged to any run
+   * of the session. A cron session always ends as `cron_complete`.
+   */
+  async agentEnd(
+    sessionId: string,
+    runId: string,
+    reason: EndReason,
+  ): Promise<RpcResult<{ session: SessionRow; changed: boolean }>> {
+    return this.mutex.run(async () => {
+      const now = clockNow();
+      try {
+        const [runs, sessions] = await this.db.batch(selectRun(this.db, runId), selectSession(this.db, sessionId));
+        const run = runs[0];
+        const session = sessions[0];
+        if (!run || !session) return notFound(`no session ${sessionId}`);
+        if (session.endReason !== null) return { status: 200, body: { session, changed: false } };
+        if (!isCurrentRun({ run, session })) {
+          const state = ownership({ run, session });
+          return notOwned(state.owns ? "superseded" : state.reason);
+        }
+        const { changed, row } = await this.endNow(sessionId, isCronSession(session) ? "cron_complete" : reason, now);
+        return { status: 200, body: { session: row ?? session, changed } };
+      } catch (error) {
+        return unavailable(error);
+      } finally {
+        await this.rearm(now);
+      }
+    });
+  }
+
+  /**
+   * `POST /v1/sessions/{id}/rotate`: ends the session as `compression` and starts its
+   * continuation (same key, `parent_session_id`, the parent's last activity, the
+   * current run moved over), adopted before the answer so the next message lands there.
+   */
+  async rotate(sessionId: string, runId: string): Promise<RpcResult<{ session_id: string }>> {
+    return this.mutex.run(async () => {
+      const now = clockNow();
+      try {
+        const [runs, sessions] = await this.db.batch(selectRun(this.db, runId), selectSession(this.db, sessionId));
+        const run = runs[0];
+        const session = sessions[0];
+        if (!run || !session) return notFound(`no session ${sessionId}`);
+        const state = ownership({ run, session });
+        if (session.endReason !== null || !isCurrentRun({ run, session })) {
+          return notOwned(state.owns ? "superseded" : state.reason);
+        }
+        const policy = this.policy(session.platform, session.chatType);
+        const continuation: NewSession = {
+          id: newId("ses"),
+          sessionKey: session.sessionKey,
+          platform: session.platform,
+          chatType: session.chatType,
+          startedAt: Math.max(now, session.startedAt + 1),
+          parentSessionId: session.id,
+          replaced: null,
+          noticePending: null,
+          sweepAt: deadline(policy, session.lastActiveAt),
+          lastActiveAt: session.lastActiveAt,
+          currentRunId: session.currentRunId,
+        };
+        const [ended, , inserted] = await this.db.batch(
+          endLive(session.id, "compression", false, now),
+          moveRuns(session.id, continuation.id),
+          ...insertSession(continuation, null, { sessionId: session.id, reason: "compression" }),
+          ...endedEvents(session.id, now, this.eventStatus),
+          ...startedEvents(continuation.id, now, this.eventStatus),
+        );
+        if (ended !== 1 || inserted !== 1) return notOwned("session_ended");
+        countEnded("compression");
+        metrics.sessions_created += 1;
+        this.adopt({
+          sessionKey: session.sessionKey,
+          platform: session.platform,
+          chatType: session.chatType,
+          sessionId: continuation.id,
+          parentId: session.id,
+          reset: null,
+          firstRunPending: false,
+        });
+        this.liveDeadline = continuation.sweepAt;
+        this.stageEvents(session.id, now);
+        this.stageEvents(continuation.id, now);
+        return { status: 200, body: { session_id: continuation.id } };
+      } catch (error) {
+        return unavailable(error);
+      } finally {
+        await this.rearm(now);
+      }
+    });
+  }
+
+  /**
+   * `POST /v1/cron/runs`: runs a scheduled job's text as the first message of its own
+   * session (`cron:{job_id}:{run_id}`), handed to the agent like any message.
+   */
+  async startCron(jobId: string, runId: string, text: string): Promise<RpcResult<AcceptedBody>> {
+    return this.mutex.run(async () => {
+      const now = clockNow();
+      const message: RoutedMessage = {
+        platform: CRON_PLATFORM,
+        eventId: `cron:${runId}`,
+        chatId: jobId,
+        chatType: "dm",
+        userId: "cron",
+        threadId: null,
+        text,
+        sentAt: null,
+        replyTo: { platform: CRON_PLATFORM },
+        sessionKey: cronSessionKey(jobId, runId),
+        receivedAt: now,
+      };
+      try {
+        return await this.storeAndStage(message, this.policy(CRON_PLATFORM, "dm"), runId);
+      } catch (error) {
+        return unavailable(error);
+      } finally {
+        await this.rearm(now);
+      }
     });
   }
 
@@ -844,7 +1162,6 @@ function entryFromRow(row: SessionRow, message: Pick<RoutedMessage, "sessionKey"
         ? { reason: row.resetReason, had_activity: !!row.resetHadActivity, previous_session_id: row.previousSessionId }
         : null,
     firstRunPending: row.currentRunId === null,
-    notice: row.noticePending,
   };
 }
 
@@ -863,7 +1180,6 @@ function entryFromNew(
       ? { reason: replaced.reason, had_activity: replaced.hadActivity, previous_session_id: replaced.sessionId }
       : null,
     firstRunPending: true,
-    notice: session.noticePending,
   };
 }
 

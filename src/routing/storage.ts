@@ -17,8 +17,6 @@ export interface Entry {
   reset: { reason: string; had_activity: boolean; previous_session_id: string } | null;
   /** The session has had no run yet (its next run is `is_new`). */
   firstRunPending: boolean;
-  /** The reset notice owed to the first reply (spec invariant 10). */
-  notice: string | null;
 }
 
 export type OutboxKind = "run" | "delivery" | "events";

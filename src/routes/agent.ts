@@ -1,0 +1,125 @@
+/**
+ * `/v1/*`: the agent API (spec "Agent backend"). Run endpoints are authorised by
+ * the run's own token; scheduled jobs by AGENT_TOKEN. Ownership is decided by the
+ * routing object of the run's key, except the heartbeat, which only reads.
+ */
+import { Hono, type Context } from "hono";
+import { z } from "zod";
+import { now } from "../clock";
+import { configOf } from "../config";
+import { safeEqual, sha256Hex } from "../crypto";
+import { Database } from "../db/client";
+import { selectRun, selectSessionOfRun, touchHeartbeat } from "../db/runs";
+import type { RunRow, SessionRow } from "../db/schema";
+import { selectSession } from "../db/sessions";
+import { END_REASONS } from "../domain/end-reasons";
+import { ownership } from "../domain/ownership";
+import { runIdOfToken } from "../domain/run-token";
+import { cronSessionKey } from "../domain/session-key";
+import { apiError } from "../http/errors";
+import { newId } from "../ids";
+import { routerFor } from "../routing/client";
+import { bearer, requireToken } from "./auth";
+import { parseJsonBody } from "./body";
+import { sessionJson } from "./json";
+
+export const agentApi = new Hono<{ Bindings: Env }>();
+
+const db = (env: Env) => new Database(env.DB, "background");
+
+/** The run a bearer token belongs to: 401 without a valid one, 403 for another run's valid token. */
+async function runOfToken(c: Context<{ Bindings: Env }>): Promise<{ run: RunRow; token: string }> {
+  const token = bearer(c);
+  if (!token) throw apiError(401, "unauthorized", "missing bearer run token");
+  const runId = runIdOfToken(token);
+  if (!runId) throw apiError(401, "unauthorized", "invalid run token");
+  const database = db(c.env);
+  const [runs] = await database.batch(selectRun(database, runId));
+  const run = runs[0];
+  if (!run || !safeEqual(await sha256Hex(token), run.tokenHash))
+    throw apiError(401, "unauthorized", "invalid run token");
+  return { run, token };
+}
+
+/** The run named in the path, authorised by its own token. */
+async function authorisedRun(c: Context<{ Bindings: Env }>): Promise<{ run: RunRow; session: SessionRow }> {
+  const runId = c.req.param("id")!;
+  if (!bearer(c)) throw apiError(401, "unauthorized", "missing bearer run token");
+  const database = db(c.env);
+  const [runs, sessions] = await database.batch(selectRun(database, runId), selectSessionOfRun(runId));
+  const run = runs[0];
+  const session = sessions[0];
+  if (!run || !session) throw apiError(404, "not_found", `no run ${runId}`);
+  const { run: holder } = await runOfToken(c);
+  if (holder.id !== run.id) throw apiError(403, "forbidden", "this token belongs to another run");
+  return { run, session };
+}
+
+agentApi.post("/runs/:id/heartbeat", async (c) => {
+  const { run, session } = await authorisedRun(c);
+  const state = ownership({ run, session });
+  if (!state.owns) return c.json(state, 409);
+  const database = db(c.env);
+  await database.batch(touchHeartbeat(run.id, now()));
+  return c.json({ owns: true });
+});
+
+const textBody = z.object({ text: z.string().min(1).max(32_768) });
+
+agentApi.post("/runs/:id/progress", async (c) => {
+  const { run } = await authorisedRun(c);
+  const { text } = await parseJsonBody(c, textBody);
+  const result = await routerFor(c.env, run.sessionKey).progress(run.id, text);
+  return c.json(result.body, result.status);
+});
+
+agentApi.post("/runs/:id/reply", async (c) => {
+  const { run } = await authorisedRun(c);
+  const { text } = await parseJsonBody(c, textBody);
+  const result = await routerFor(c.env, run.sessionKey).runReply(run.id, text);
+  return c.json(result.body, result.status);
+});
+
+/** A run token may act on its own session only; any other session is a 403. */
+async function sessionForRun(c: Context<{ Bindings: Env }>): Promise<{ run: RunRow; session: SessionRow }> {
+  const sessionId = c.req.param("id")!;
+  const { run } = await runOfToken(c);
+  const database = db(c.env);
+  const [sessions] = await database.batch(selectSession(database, sessionId));
+  const session = sessions[0];
+  if (!session) throw apiError(404, "not_found", `no session ${sessionId}`);
+  if (run.sessionId !== session.id) throw apiError(403, "forbidden", "this run does not belong to that session");
+  return { run, session };
+}
+
+const endBody = z.object({ reason: z.enum(END_REASONS).exclude(["compression"]).default("agent_close") }).strict();
+
+agentApi.post("/sessions/:id/end", async (c) => {
+  const { run, session } = await sessionForRun(c);
+  const { reason } = await parseJsonBody(c, endBody, { allowEmpty: true });
+  const result = await routerFor(c.env, session.sessionKey).agentEnd(session.id, run.id, reason);
+  if (result.status !== 200) return c.json(result.body, result.status);
+  return c.json({ session: sessionJson(result.body.session), changed: result.body.changed });
+});
+
+const rotateBody = z.object({ reason: z.literal("compression").default("compression") }).strict();
+
+agentApi.post("/sessions/:id/rotate", async (c) => {
+  const { run, session } = await sessionForRun(c);
+  await parseJsonBody(c, rotateBody, { allowEmpty: true });
+  const result = await routerFor(c.env, session.sessionKey).rotate(session.id, run.id);
+  return c.json(result.body, result.status);
+});
+
+const cronBody = z.object({ job_id: z.string().min(1).max(256), text: z.string().min(1).max(32_768) }).strict();
+
+agentApi.post("/cron/runs", async (c) => {
+  const config = configOf(c.env);
+  requireToken(c, config.agentToken, [config.adminToken], "AGENT_TOKEN");
+  const { job_id: jobId, text } = await parseJsonBody(c, cronBody);
+  const runId = newId("run");
+  const sessionKey = cronSessionKey(jobId, runId);
+  const result = await routerFor(c.env, sessionKey).startCron(jobId, runId, text);
+  if (result.status !== 200) return c.json(result.body, result.status);
+  return c.json({ run_id: runId, session_id: result.body.session_id, session_key: sessionKey });
+});

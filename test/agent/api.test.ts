@@ -1,0 +1,279 @@
+/**
+ * The agent API (spec invariant 8): run ownership through heartbeats, progress,
+ * ending and rotating a session, and scheduled jobs. Bad tokens are 401, another
+ * run's token 403, unknown ids 404, and none of them change anything.
+ */
+import { env } from "cloudflare:workers";
+import { afterEach, beforeEach, describe, expect, it } from "vitest";
+import {
+  ADMIN_TOKEN,
+  T0,
+  adminFetch,
+  eventsOf,
+  genericKey,
+  messagesOf,
+  restoreClock,
+  runAlarm,
+  send,
+  sessionRow,
+  setNow,
+  unique,
+  useConfig,
+} from "../helpers";
+import { AGENT_TOKEN, accepted, agentApi, agentConfig, fakeServices, replyWith } from "./support";
+
+let services: ReturnType<typeof fakeServices>;
+
+beforeEach(() => {
+  setNow(T0);
+  useConfig(agentConfig());
+  services = fakeServices(() => accepted());
+});
+afterEach(() => {
+  services.restore();
+  restoreClock();
+  useConfig(null);
+});
+
+/** Sends a message and hands it to the (202) agent; returns the run the agent got. */
+async function dispatched(chat: string, text = "hello") {
+  const sent = await send({ chat_id: chat, text });
+  await runAlarm(genericKey(chat));
+  const call = services.agentCalls().at(-1)!.json;
+  return { sessionId: sent.body.session_id as string, runId: call.run_id as string, token: call.run_token as string };
+}
+
+const heartbeat = (run: { runId: string; token: string }) => agentApi(`/v1/runs/${run.runId}/heartbeat`, run.token);
+
+describe("heartbeat", () => {
+  it("answers owns: true while the run is current and unfinished, and records when it was heard", async () => {
+    const run = await dispatched(unique("chat"));
+    setNow(T0 + 30_000);
+    expect(await heartbeat(run)).toEqual({ status: 200, body: { owns: true } });
+    const row = await env.DB.prepare(`SELECT last_heartbeat_at FROM runs WHERE id = ?`).bind(run.runId).first<any>();
+    expect(row.last_heartbeat_at).toBe(T0 + 30_000);
+  });
+
+  const cases: [string, (chat: string) => Promise<unknown>, string][] = [
+    ["/new", (chat) => send({ chat_id: chat, text: "/new" }), "superseded"],
+    ["/reset", (chat) => send({ chat_id: chat, text: "/reset" }), "superseded"],
+    ["a newer message", (chat) => dispatched(chat, "newer"), "superseded"],
+    ["/stop", (chat) => send({ chat_id: chat, text: "/stop" }), "stopped"],
+  ];
+  for (const [what, act, reason] of cases) {
+    it(`answers 409 ${reason} after ${what}`, async () => {
+      const chat = unique("chat");
+      const run = await dispatched(chat);
+      await act(chat);
+      expect(await heartbeat(run)).toEqual({ status: 409, body: { owns: false, reason } });
+    });
+  }
+
+  it("answers 409 finished once the reply is recorded", async () => {
+    const run = await dispatched(unique("chat"));
+    await agentApi(`/v1/runs/${run.runId}/reply`, run.token, { text: "done" });
+    expect(await heartbeat(run)).toEqual({ status: 409, body: { owns: false, reason: "finished" } });
+  });
+
+  it("answers 409 session_ended after an operator end or an expiry", async () => {
+    const chat = unique("chat");
+    const run = await dispatched(chat);
+    await adminFetch(`/admin/sessions/${run.sessionId}/end`, { method: "POST" });
+    expect(await heartbeat(run)).toEqual({ status: 409, body: { owns: false, reason: "session_ended" } });
+    const other = unique("chat");
+    const expiring = await dispatched(other);
+    setNow(T0 + 61 * 60_000);
+    await runAlarm(genericKey(other));
+    expect(await heartbeat(expiring)).toEqual({ status: 409, body: { owns: false, reason: "session_ended" } });
+  });
+});
+
+describe("tokens", () => {
+  it("401 without a token or with a wrong one, 403 with another run's token, 404 for an unknown run", async () => {
+    const a = await dispatched(unique("chat"));
+    const b = await dispatched(unique("chat"));
+    expect((await agentApi(`/v1/runs/${a.runId}/heartbeat`, null)).status).toBe(401);
+    expect((await agentApi(`/v1/runs/${a.runId}/heartbeat`, `${a.runId}.wrong`)).status).toBe(401);
+    expect((await agentApi(`/v1/runs/${a.runId}/heartbeat`, "garbage")).status).toBe(401);
+    expect((await agentApi(`/v1/runs/${a.runId}/heartbeat`, AGENT_TOKEN)).status).toBe(401);
+    expect((await agentApi(`/v1/runs/${a.runId}/heartbeat`, b.token)).status).toBe(403);
+    expect((await agentApi(`/v1/runs/run_unknown/heartbeat`, a.token)).status).toBe(404);
+    expect((await agentApi(`/v1/runs/${a.runId}/reply`, b.token, { text: "not mine" })).status).toBe(403);
+    expect((await agentApi(`/v1/sessions/${a.sessionId}/end`, b.token, {})).status).toBe(403);
+    expect((await agentApi(`/v1/sessions/${a.sessionId}/end`, `${a.runId}.wrong`, {})).status).toBe(401);
+    expect((await agentApi(`/v1/sessions/ses_unknown/end`, a.token, {})).status).toBe(404);
+    // Nothing changed.
+    expect(await sessionRow(a.sessionId)).toMatchObject({ end_reason: null });
+    expect((await messagesOf(a.sessionId)).map((m) => m.role)).toEqual(["user"]);
+    expect(await heartbeat(a)).toEqual({ status: 200, body: { owns: true } });
+  });
+
+  it("400 for a malformed body, and nothing changes", async () => {
+    const run = await dispatched(unique("chat"));
+    expect((await agentApi(`/v1/runs/${run.runId}/reply`, run.token, { texte: "typo" })).status).toBe(400);
+    expect((await agentApi(`/v1/sessions/${run.sessionId}/end`, run.token, { reason: "bored" })).status).toBe(400);
+    expect(await sessionRow(run.sessionId)).toMatchObject({ end_reason: null, message_count: 1 });
+  });
+});
+
+describe("progress", () => {
+  it("sends progress to the chat while the run owns its session", async () => {
+    const chat = unique("chat");
+    const run = await dispatched(chat);
+    const posted = await agentApi(`/v1/runs/${run.runId}/progress`, run.token, { text: "working on it" });
+    expect(posted).toEqual({ status: 200, body: { owns: true, sent: true } });
+    expect(services.replies()).toEqual([
+      {
+        kind: "progress",
+        event_id: expect.any(String),
+        session_key: genericKey(chat),
+        session_id: run.sessionId,
+        text: "working on it",
+      },
+    ]);
+    const detail = (await (await adminFetch(`/admin/sessions/${run.sessionId}`)).json()) as any;
+    expect(detail.deliveries.map((d: any) => [d.kind, d.status])).toEqual([["progress", "sent"]]);
+    // Progress is not a message and not activity.
+    expect((await messagesOf(run.sessionId)).map((m) => m.role)).toEqual(["user"]);
+  });
+
+  it("sends nothing and answers 409 once /new took the run's place", async () => {
+    const chat = unique("chat");
+    const run = await dispatched(chat);
+    await send({ chat_id: chat, text: "/new" });
+    await runAlarm(genericKey(chat));
+    const before = services.replies().length;
+    const posted = await agentApi(`/v1/runs/${run.runId}/progress`, run.token, { text: "still working" });
+    expect(posted).toEqual({ status: 409, body: { owns: false, reason: "superseded" } });
+    expect(services.replies()).toHaveLength(before);
+  });
+});
+
+describe("ending a session through the agent API", () => {
+  it("the current run may end it; agent_close leaves it recoverable and the next message resumes it without finalizing", async () => {
+    useConfig(agentConfig({ HOOK_URLS: "", HOOK_SECRET: "" }));
+    const chat = unique("chat");
+    const run = await dispatched(chat, "first");
+    const ended = await agentApi(`/v1/sessions/${run.sessionId}/end`, run.token, { reason: "agent_close" });
+    expect(ended.status).toBe(200);
+    expect(ended.body).toMatchObject({ changed: true, session: { id: run.sessionId, end_reason: "agent_close" } });
+    const next = await send({ chat_id: chat, text: "second" });
+    expect(next.body.session_id).toBe(run.sessionId);
+    expect(await sessionRow(run.sessionId)).toMatchObject({ end_reason: null });
+    expect((await messagesOf(run.sessionId)).map((m) => m.text)).toEqual(["first", "second"]);
+    const types = (await eventsOf(run.sessionId)).map((e) => e.type);
+    expect(types).toContain("session.ended");
+    expect(types).not.toContain("session.finalized");
+  });
+
+  it("defaults to agent_close, and a finished current run may still end it", async () => {
+    const run = await dispatched(unique("chat"));
+    await agentApi(`/v1/runs/${run.runId}/reply`, run.token, { text: "answer" });
+    const ended = await agentApi(`/v1/sessions/${run.sessionId}/end`, run.token);
+    expect(ended.body).toMatchObject({ changed: true, session: { end_reason: "agent_close" } });
+  });
+
+  it("a run that is not current gets 409 and nothing changes", async () => {
+    const chat = unique("chat");
+    const old = await dispatched(chat, "one");
+    await dispatched(chat, "two");
+    const ended = await agentApi(`/v1/sessions/${old.sessionId}/end`, old.token, { reason: "agent_close" });
+    expect(ended).toEqual({ status: 409, body: { owns: false, reason: "superseded" } });
+    expect(await sessionRow(old.sessionId)).toMatchObject({ end_reason: null, ended_at: null });
+  });
+
+  it("an already ended row answers 200 unchanged to any run of it: first reason wins, no second event", async () => {
+    const chat = unique("chat");
+    const old = await dispatched(chat, "one");
+    const current = await dispatched(chat, "two");
+    await agentApi(`/v1/sessions/${current.sessionId}/end`, current.token, { reason: "admin" });
+    const eventsBefore = await eventsOf(old.sessionId);
+    const again = await agentApi(`/v1/sessions/${old.sessionId}/end`, old.token, { reason: "agent_close" });
+    expect(again.status).toBe(200);
+    expect(again.body).toMatchObject({ changed: false, session: { end_reason: "admin" } });
+    expect(await eventsOf(old.sessionId)).toEqual(eventsBefore);
+  });
+});
+
+describe("rotation", () => {
+  it("ends the session as compression and the next message lands in the continuation", async () => {
+    const chat = unique("chat");
+    const key = genericKey(chat);
+    const run = await dispatched(chat, "long conversation");
+    setNow(T0 + 60_000);
+    const rotated = await agentApi(`/v1/sessions/${run.sessionId}/rotate`, run.token, { reason: "compression" });
+    expect(rotated.status).toBe(200);
+    const continuation = rotated.body.session_id as string;
+    expect(continuation).not.toBe(run.sessionId);
+    expect(await sessionRow(run.sessionId)).toMatchObject({ end_reason: "compression" });
+    expect(await sessionRow(continuation)).toMatchObject({
+      end_reason: null,
+      parent_session_id: run.sessionId,
+      session_key: key,
+      last_active_at: T0, // the idle clock carries over
+    });
+    // The run moved, still current, to the continuation.
+    expect(await heartbeat(run)).toEqual({ status: 200, body: { owns: true } });
+    const next = await send({ chat_id: chat, text: "and then" });
+    expect(next.body.session_id).toBe(continuation);
+    // Only session.started (with its parent) for the continuation; no reset, no finalized.
+    const events = await eventsOf(continuation);
+    expect(events.map((e) => e.type)).toEqual(["session.started"]);
+    expect(JSON.parse(events[0]!.payload)).toMatchObject({ parent_session_id: run.sessionId });
+    expect((await eventsOf(run.sessionId)).map((e) => e.type)).not.toContain("session.finalized");
+    // The moved run's reply lands in the continuation.
+    await agentApi(`/v1/runs/${run.runId}/reply`, run.token, { text: "summary so far" });
+    expect((await messagesOf(continuation)).map((m) => m.text)).toEqual(["and then", "summary so far"]);
+  });
+
+  it("only the current run may rotate", async () => {
+    const chat = unique("chat");
+    const old = await dispatched(chat, "one");
+    await dispatched(chat, "two");
+    expect(await agentApi(`/v1/sessions/${old.sessionId}/rotate`, old.token, {})).toEqual({
+      status: 409,
+      body: { owns: false, reason: "superseded" },
+    });
+    expect(await sessionRow(old.sessionId)).toMatchObject({ end_reason: null });
+  });
+});
+
+describe("scheduled jobs", () => {
+  it("runs the text in a session of its own, which ends as cron_complete when the run finishes", async () => {
+    services.restore();
+    services = fakeServices(() => replyWith("report ready"));
+    const response = await agentApi(`/v1/cron/runs`, AGENT_TOKEN, { job_id: "nightly", text: "summarise the day" });
+    expect(response.status).toBe(200);
+    const { run_id, session_id, session_key } = response.body;
+    expect(session_key).toBe(`cron:nightly:${run_id}`);
+    await runAlarm(session_key);
+    const [call] = services.agentCalls();
+    expect(call!.json).toMatchObject({ run_id, session: { id: session_id, key: session_key, is_new: true } });
+    expect(call!.json.message).toMatchObject({ platform: "cron", text: "summarise the day" });
+    expect(await sessionRow(session_id)).toMatchObject({ end_reason: "cron_complete" });
+    expect((await messagesOf(session_id)).map((m) => [m.role, m.text])).toEqual([
+      ["user", "summarise the day"],
+      ["assistant", "report ready"],
+    ]);
+    expect(services.replies()).toEqual([]);
+  });
+
+  it("ends as cron_complete when the agent ends the session itself", async () => {
+    const response = await agentApi(`/v1/cron/runs`, AGENT_TOKEN, { job_id: "weekly", text: "clean up" });
+    await runAlarm(response.body.session_key);
+    const token = services.agentCalls()[0]!.json.run_token;
+    const ended = await agentApi(`/v1/sessions/${response.body.session_id}/end`, token, { reason: "agent_close" });
+    expect(ended.body).toMatchObject({ changed: true, session: { end_reason: "cron_complete" } });
+  });
+
+  it("is authorised by AGENT_TOKEN only", async () => {
+    expect((await agentApi(`/v1/cron/runs`, null, { job_id: "j", text: "t" })).status).toBe(401);
+    expect((await agentApi(`/v1/cron/runs`, "nope", { job_id: "j", text: "t" })).status).toBe(401);
+    expect((await agentApi(`/v1/cron/runs`, ADMIN_TOKEN, { job_id: "j", text: "t" })).status).toBe(403);
+    expect((await agentApi(`/v1/cron/runs`, AGENT_TOKEN, { job_id: "j" })).status).toBe(400);
+    const count = await env.DB.prepare(
+      `SELECT COUNT(*) AS n FROM sessions WHERE session_key LIKE 'cron:j:%'`,
+    ).first<any>();
+    expect(count.n).toBe(0);
+  });
+});

@@ -1,0 +1,53 @@
+/** An external agent and a chat client on fake URLs, for the agent tests. */
+import { exports } from "cloudflare:workers";
+import { BASE, captureFetch, type Captured } from "../helpers";
+
+export const AGENT_URL = "https://agent.test/runs";
+export const AGENT_TOKEN = "agent-secret-token";
+export const REPLY_URL = "https://client.test/replies";
+
+export const agentConfig = (extra: Record<string, string> = {}) => ({
+  AGENT_URL,
+  AGENT_TOKEN,
+  GENERIC_REPLY_URL: REPLY_URL,
+  SESSION_RESET: JSON.stringify({ mode: "idle", idle_minutes: 60 }),
+  ...extra,
+});
+
+/**
+ * Captures outbound calls: the agent answers with `agent(request)`, the reply URL
+ * with 200. Anything else fails the test.
+ */
+export function fakeServices(agent: (request: Captured) => Response | Promise<Response>) {
+  const captured = captureFetch((request) => {
+    if (request.url === AGENT_URL) return agent(request);
+    if (request.url === REPLY_URL) return new Response("ok");
+    throw new Error(`unexpected outbound request to ${request.url}`);
+  });
+  return {
+    ...captured,
+    agentCalls: () => captured.calls.filter((c) => c.url === AGENT_URL),
+    replies: () => captured.calls.filter((c) => c.url === REPLY_URL).map((c) => c.json),
+  };
+}
+
+export const replyWith = (reply: string | null, status = 200) => new Response(JSON.stringify({ reply }), { status });
+export const accepted = () => new Response(null, { status: 202 });
+
+/** Calls the agent API with a bearer token. */
+export async function agentApi(
+  path: string,
+  token: string | null,
+  body?: unknown,
+): Promise<{ status: number; body: any }> {
+  const headers: Record<string, string> = { "content-type": "application/json" };
+  if (token) headers.authorization = `Bearer ${token}`;
+  const response = await exports.default.fetch(
+    new Request(`${BASE}${path}`, {
+      method: "POST",
+      headers,
+      body: body === undefined ? undefined : JSON.stringify(body),
+    }),
+  );
+  return { status: response.status, body: await response.json() };
+}
