@@ -144,6 +144,14 @@ export function overrideConfigForTests(vars: ConfigEnv | null): void {
   overrides = vars ? { vars } : null;
 }
 
+/**
+ * The variables as every reader should see them: `env`, with the test overrides
+ * laid over it when a test set some. Platform adapters read their own secrets from this.
+ */
+export function effectiveEnv<E extends object>(env: E): E {
+  return overrides ? ({ ...env, ...overrides.vars } as E) : env;
+}
+
 /** The parsed configuration of `env`; throws the same `ConfigError` on every call while it is invalid. */
 export function configOf(env: object): Config {
   const source = overrides ? overrides : env;

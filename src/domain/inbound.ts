@@ -21,7 +21,11 @@ export interface InboundMessage {
 }
 
 /** Platform-specific reply coordinates, stored with the run and handed back to the adapter. */
-export type ReplyTarget = { platform: string } & Record<string, unknown>;
+export type ReplyTarget = {
+  platform: string;
+  /** The webhook's own HTTP response answers commands (Slack slash commands, Discord). */
+  answersCommandsInline?: boolean;
+} & Record<string, unknown>;
 
 /** An inbound message after routing has given it its key and received time. */
 export interface RoutedMessage extends InboundMessage {

@@ -4,12 +4,13 @@
  * and replies POSTed to `GENERIC_REPLY_URL`.
  */
 import { z } from "zod";
-import type { Config } from "../config";
 import { verifyHmacSha256Hex } from "../crypto";
 import type { InboundMessage } from "../domain/inbound";
 import { CHAT_TYPES } from "../domain/session-key";
+import { apiError } from "../http/errors";
 import { callJson } from "../http/outbound";
-import type { OutboundMessage, PlatformSender, SendOutcome } from "./types";
+import { parseJsonBytes, validationError } from "./parse";
+import type { PlatformAdapter } from "./types";
 
 const id = z.union([z.string().min(1).max(512), z.number().int()]).transform(String);
 
@@ -50,28 +51,47 @@ export function toInbound(body: z.infer<typeof genericBodySchema>): InboundMessa
   };
 }
 
-export const genericSender: PlatformSender = {
-  canDeliver: (_target, config) => config.genericReplyUrl !== null,
+export const generic: PlatformAdapter<{ secret: string }> = {
+  name: "generic",
+  methods: ["POST"],
 
-  async send(message: OutboundMessage, config: Config): Promise<SendOutcome> {
-    if (!config.genericReplyUrl) {
-      return { ok: false, retryable: false, retryAfterMs: null, status: null, error: "GENERIC_REPLY_URL is not set" };
+  settings: (_env, config) => (config.genericWebhookSecret ? { secret: config.genericWebhookSecret } : null),
+
+  async handle(input, { secret }) {
+    if (!(await verifyGenericSignature(secret, input.rawBody, input.headers.get("x-signature-256")))) {
+      throw apiError(401, "bad_signature", "missing or invalid X-Signature-256");
     }
-    const body: Record<string, unknown> = {
-      kind: message.kind === "progress" ? "progress" : "reply",
-      event_id: message.eventId,
-      session_key: message.sessionKey,
-      session_id: message.sessionId,
-      text: message.text,
-    };
-    if (message.notice) body.notice = message.notice;
-    const outcome = await callJson(config.genericReplyUrl, body, { timeoutMs: 10_000 });
+    const parsed = genericBodySchema.safeParse(parseJsonBytes(input.rawBody));
+    if (!parsed.success) throw validationError(parsed.error);
     return {
-      ok: outcome.ok,
-      retryable: outcome.retryable,
-      retryAfterMs: outcome.retryAfterMs,
-      status: outcome.status,
-      error: outcome.error,
+      kind: "route",
+      messages: [toInbound(parsed.data)],
+      answer: ([outcome]) => ({
+        status: 200,
+        body: { accepted: true, session_id: outcome?.sessionId ?? null, duplicate: outcome?.duplicate ?? false },
+      }),
     };
+  },
+
+  sender: {
+    canDeliver: (_target, config) => config.genericReplyUrl !== null,
+
+    async send(message, config) {
+      if (!config.genericReplyUrl) {
+        return { ok: false, retryable: false, retryAfterMs: null, status: null, error: "GENERIC_REPLY_URL is not set" };
+      }
+      const body: Record<string, unknown> = {
+        kind: message.kind === "progress" ? "progress" : "reply",
+        event_id: message.eventId,
+        session_key: message.sessionKey,
+        session_id: message.sessionId,
+        text: message.text,
+      };
+      if (message.notice) body.notice = message.notice;
+      const { ok, retryable, retryAfterMs, status, error } = await callJson(config.genericReplyUrl, body, {
+        timeoutMs: 10_000,
+      });
+      return { ok, retryable, retryAfterMs, status, error };
+    },
   },
 };

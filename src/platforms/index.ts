@@ -1,11 +1,15 @@
-/** The senders of every platform, by the `platform` name carried in a reply target. */
-import { genericSender } from "./generic";
-import type { PlatformSender } from "./types";
+/** Every platform adapter, by name (its webhook path and the `platform` of its reply targets). */
+import { generic } from "./generic";
+import type { PlatformAdapter, PlatformSender } from "./types";
 
-const SENDERS: Record<string, PlatformSender> = {
-  generic: genericSender,
-};
+export const ADAPTERS: readonly PlatformAdapter<any>[] = [generic];
+
+const BY_NAME = new Map(ADAPTERS.map((adapter) => [adapter.name, adapter]));
+
+export function adapterFor(platform: string): PlatformAdapter<unknown> | null {
+  return BY_NAME.get(platform) ?? null;
+}
 
 export function senderFor(platform: string): PlatformSender | null {
-  return SENDERS[platform] ?? null;
+  return BY_NAME.get(platform)?.sender ?? null;
 }

@@ -1,13 +1,16 @@
 /**
- * `/webhooks/*`: each platform's verification over the raw bytes received, then
- * one call into ingress. Thin on purpose: parsing lives in the platform adapters.
+ * `/webhooks/{platform}`: one route per platform adapter. The adapter verifies the
+ * raw bytes and parses them; each message then goes through ingress in order, and
+ * the adapter shapes the answer. If any message could not be stored, the platform
+ * gets that failure (5xx) and retries; messages already stored are duplicates then.
  */
 import { Hono } from "hono";
 import { bodyLimit } from "hono/body-limit";
-import { configOf } from "../config";
+import { configOf, effectiveEnv } from "../config";
 import { apiError, errorBody } from "../http/errors";
 import { ingest } from "../ingress";
-import { genericBodySchema, toInbound, verifyGenericSignature } from "../platforms/generic";
+import { ADAPTERS } from "../platforms";
+import type { RoutedOutcome, WebhookAnswer } from "../platforms/types";
 
 /** Larger than any platform's webhook body; anything bigger is refused before it is read whole. */
 export const WEBHOOK_MAX_BYTES = 128 * 1024;
@@ -22,27 +25,42 @@ webhooks.use(
   }),
 );
 
-/** Parses a verified body as JSON, or answers 400. */
-export function parseJson(raw: ArrayBuffer): unknown {
-  try {
-    return JSON.parse(new TextDecoder().decode(raw));
-  } catch {
-    throw apiError(400, "invalid_json", "body is not valid JSON");
-  }
+function respond(answer: WebhookAnswer): Response {
+  if (answer.text)
+    return new Response(String(answer.body), { status: answer.status, headers: { "content-type": "text/plain" } });
+  return new Response(answer.body === undefined ? null : JSON.stringify(answer.body), {
+    status: answer.status,
+    headers: { "content-type": "application/json" },
+  });
 }
 
-webhooks.post("/generic", async (c) => {
-  const config = configOf(c.env);
-  if (!config.genericWebhookSecret) throw apiError(404, "not_configured", "GENERIC_WEBHOOK_SECRET is not set");
-  const raw = await c.req.arrayBuffer();
-  if (!(await verifyGenericSignature(config.genericWebhookSecret, raw, c.req.header("x-signature-256") ?? null))) {
-    throw apiError(401, "bad_signature", "missing or invalid X-Signature-256");
-  }
-  const parsed = genericBodySchema.safeParse(parseJson(raw));
-  if (!parsed.success) {
-    const issue = parsed.error.issues[0];
-    throw apiError(400, "invalid_body", `${issue?.path.join(".") || "body"}: ${issue?.message ?? "invalid"}`);
-  }
-  const result = await ingest(c.env, config, toInbound(parsed.data));
-  return c.json(result.body, result.status);
-});
+for (const adapter of ADAPTERS) {
+  webhooks.on([...adapter.methods], `/${adapter.name}`, async (c) => {
+    const config = configOf(c.env);
+    const settings = adapter.settings(effectiveEnv(c.env), config);
+    if (settings === null) throw apiError(404, "not_configured", `the ${adapter.name} platform is not configured`);
+    const verdict = await adapter.handle(
+      {
+        method: c.req.method,
+        url: new URL(c.req.url),
+        headers: c.req.raw.headers,
+        rawBody: c.req.method === "GET" ? new ArrayBuffer(0) : await c.req.arrayBuffer(),
+        config,
+      },
+      settings,
+    );
+    if (verdict.kind === "answer") return respond(verdict.answer);
+    const outcomes: RoutedOutcome[] = [];
+    for (const message of verdict.messages) {
+      const result = await ingest(c.env, config, message);
+      if (result.status !== 200) return c.json(result.body, result.status);
+      outcomes.push({
+        message,
+        sessionId: result.body.session_id,
+        duplicate: result.body.duplicate,
+        commandReply: result.body.command_reply ?? null,
+      });
+    }
+    return respond(verdict.answer(outcomes));
+  });
+}

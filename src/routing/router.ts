@@ -11,7 +11,7 @@
  */
 import { DurableObject } from "cloudflare:workers";
 import { now as clockNow } from "../clock";
-import { configOf, type Config } from "../config";
+import { configOf, effectiveEnv, type Config } from "../config";
 import { sha256Hex, randomToken } from "../crypto";
 import { Database, type Statement } from "../db/client";
 import {
@@ -91,6 +91,8 @@ export interface AcceptedBody {
   accepted: true;
   session_id: string | null;
   duplicate: boolean;
+  /** A command's answer, for platforms that give it in the webhook's own response. */
+  command_reply?: string;
 }
 
 /** The agent hand-off of one stored message, from the moment it is staged until the reply is recorded. */
@@ -442,15 +444,19 @@ export class SessionRouter extends DurableObject<Env> {
       } else if (row && endedAs) {
         this.liveDeadline = null;
       }
-      return { status: 200, body: { accepted: true, session_id: answerSessionId, duplicate: false } };
+      return {
+        status: 200,
+        body: { accepted: true, session_id: answerSessionId, duplicate: false, command_reply: replyText },
+      };
     }
     throw new Error(`command did not settle after ${MAX_ROUTING_ATTEMPTS} attempts`);
   }
 
+  /** The chat answer of a command, unless the platform gives it in the webhook response itself. */
   private commandDelivery(message: RoutedMessage, sessionId: string | null, text: string, now: number) {
     const sender = senderFor(message.replyTo.platform);
-    if (!sessionId || !sender?.canDeliver(message.replyTo, this.config, this.env as unknown as Record<string, unknown>))
-      return null;
+    if (!sessionId || message.replyTo.answersCommandsInline) return null;
+    if (!sender?.canDeliver(message.replyTo, this.config, effectiveEnv(this.env))) return null;
     const work: DeliveryWork = {
       deliveryId: newId("dl"),
       sessionId,
@@ -769,11 +775,7 @@ export class SessionRouter extends DurableObject<Env> {
     if (!run || !session) return null;
     const policy = this.policy(session.platform, session.chatType);
     const target = JSON.parse(run.replyTo) as ReplyTarget;
-    const deliverable = !!senderFor(target.platform)?.canDeliver(
-      target,
-      this.config,
-      this.env as unknown as Record<string, unknown>,
-    );
+    const deliverable = !!senderFor(target.platform)?.canDeliver(target, this.config, effectiveEnv(this.env));
     const body = text?.trim() ? text : null;
     const [finished, added, , , deliveryRows] = await this.db.batch(
       ...recordReply(runId, body, liveSince(policy, now), now, { notice: session.noticePending, deliverable }),
@@ -810,7 +812,7 @@ export class SessionRouter extends DurableObject<Env> {
             target: work.target,
           },
           this.config,
-          this.env as unknown as Record<string, unknown>,
+          effectiveEnv(this.env),
         )
       : {
           ok: false,
@@ -968,7 +970,7 @@ export class SessionRouter extends DurableObject<Env> {
         if (!state.owns) return notOwned(state.reason);
         const target = JSON.parse(run.replyTo) as ReplyTarget;
         const sender = senderFor(target.platform);
-        const env = this.env as unknown as Record<string, unknown>;
+        const env = effectiveEnv(this.env);
         if (!sender?.canDeliver(target, this.config, env)) return { status: 200, body: { owns: true, sent: false } };
         const outcome = await sender.send(
           {

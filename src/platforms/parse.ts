@@ -1,0 +1,18 @@
+/** Shared parsing helpers for adapters: JSON of verified bytes, and zod errors as 400s. */
+import type { z } from "zod";
+import { apiError } from "../http/errors";
+
+/** Parses verified bytes as JSON, or answers 400. */
+export function parseJsonBytes(raw: ArrayBuffer): unknown {
+  try {
+    return JSON.parse(new TextDecoder().decode(raw));
+  } catch {
+    throw apiError(400, "invalid_json", "body is not valid JSON");
+  }
+}
+
+/** A 400 naming the first field that failed validation. */
+export function validationError(error: z.ZodError) {
+  const issue = error.issues[0];
+  return apiError(400, "invalid_body", `${issue?.path.join(".") || "body"}: ${issue?.message ?? "invalid"}`);
+}

@@ -1,0 +1,35 @@
+/**
+ * Reading a platform's secrets: all set turns it on, none set leaves it off, and
+ * some set is a configuration error naming the first missing key.
+ */
+import { ConfigError } from "../config";
+import type { PlatformEnv } from "./types";
+
+function read(env: PlatformEnv, key: string): string | null {
+  const value = (env as Record<string, unknown>)[key];
+  if (typeof value !== "string") return null;
+  const trimmed = value.trim();
+  return trimmed === "" ? null : trimmed;
+}
+
+/** The platform's required secrets, or null when none is set. */
+export function requiredSecrets<K extends string>(env: PlatformEnv, keys: readonly K[]): Record<K, string> | null {
+  const values = keys.map((key) => [key, read(env, key)] as const);
+  if (values.every(([, value]) => value === null)) return null;
+  const missing = values.find(([, value]) => value === null);
+  if (missing) throw new ConfigError(missing[0], "is required when the platform's other secrets are set");
+  return Object.fromEntries(values) as Record<K, string>;
+}
+
+/** An API base URL variable, without a trailing slash, or the platform's default. */
+export function apiBase(env: PlatformEnv, key: string, fallback: string): string {
+  const value = read(env, key) ?? fallback;
+  let url: URL;
+  try {
+    url = new URL(value);
+  } catch {
+    throw new ConfigError(key, `not a URL: ${JSON.stringify(value)}`);
+  }
+  if (url.protocol !== "http:" && url.protocol !== "https:") throw new ConfigError(key, "must be an http(s) URL");
+  return value.replace(/\/+$/, "");
+}
