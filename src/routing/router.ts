@@ -135,6 +135,8 @@ export const RUN_LEASE_MS = 10 * 60_000;
 
 /** A message is never stored after this many conflicting rereads; the platform retries instead. */
 const MAX_ROUTING_ATTEMPTS = 3;
+/** How long one alarm keeps picking up newly due outbox items while others are in flight. */
+const DRAIN_WINDOW_MS = 60_000;
 /** Hand-offs are retried for a day; after that the run is marked failed. */
 const RUN_GIVE_UP_MS = 24 * 60 * 60_000;
 /** Platform deliveries are retried this many times before they are marked failed. */
@@ -183,6 +185,8 @@ export class SessionRouter extends DurableObject<Env> {
   private readonly confirmedRuns = new Set<string>();
   /** Consecutive failures to read the live session in the alarm, for its own backoff. */
   private settleFailures = 0;
+  /** Set while the alarm drains the outbox: lets newly staged work start without waiting. */
+  private wakeDrain: (() => void) | null = null;
 
   constructor(ctx: DurableObjectState, env: Env) {
     super(ctx, env);
@@ -501,6 +505,7 @@ export class SessionRouter extends DurableObject<Env> {
 
   private stage(id: string, kind: OutboxItem["kind"], payload: unknown, dueAt: number): void {
     this.store.put({ id, kind, payload, dueAt, attempts: 0, lastError: null, createdAt: clockNow() });
+    this.wakeDrain?.();
   }
 
   /** Queues delivery of a session's pending lifecycle events (a no-op when it has none). */
@@ -543,7 +548,7 @@ export class SessionRouter extends DurableObject<Env> {
         this.liveDeadline = undefined;
         console.error("alarm: could not check the live session", describe(error));
       });
-    await this.drain(now);
+    await this.drain();
     await this.mutex.run(() => this.rearm(clockNow()));
   }
 
@@ -663,17 +668,35 @@ export class SessionRouter extends DurableObject<Env> {
 
   // ---------------------------------------------------------------- outbox
 
-  /** Runs every due outbox item; a failing item records its attempt and never fails the others. */
-  private async drain(now: number): Promise<void> {
-    const items = this.store.due(now);
-    await Promise.all(
-      items.map((item) =>
-        this.process(item, now).catch((error) => {
-          console.error("outbox item failed", item.kind, item.id, describe(error));
-          this.reschedule(item, describe(error), null, now);
-        }),
-      ),
-    );
+  /**
+   * Runs due outbox items concurrently; a failing item records its attempt and
+   * never fails the others. While items are in flight (a slow agent), items that
+   * become due (a new message staged by `route`, which wakes this loop) start at
+   * once instead of waiting for the next alarm. New items stop being picked up
+   * after DRAIN_WINDOW_MS so that one alarm never runs for ever.
+   */
+  private async drain(): Promise<void> {
+    const started = clockNow();
+    const running = new Map<string, Promise<void>>();
+    for (;;) {
+      const now = clockNow();
+      if (now - started < DRAIN_WINDOW_MS) {
+        for (const item of this.store.due(now)) {
+          if (running.has(item.id)) continue;
+          const done = this.process(item, now)
+            .catch((error) => {
+              console.error("outbox item failed", item.kind, item.id, describe(error));
+              this.reschedule(item, describe(error), null, now);
+            })
+            .finally(() => running.delete(item.id));
+          running.set(item.id, done);
+        }
+      }
+      if (running.size === 0) return;
+      const woken = new Promise<void>((resolve) => (this.wakeDrain = resolve));
+      await Promise.race([woken, ...running.values()]);
+      this.wakeDrain = null;
+    }
   }
 
   private async process(item: OutboxItem, now: number): Promise<void> {
@@ -736,10 +759,9 @@ export class SessionRouter extends DurableObject<Env> {
     } else {
       reply = work.reply ?? null;
     }
-    const recorded = await this.mutex.run(() => this.recordRunReply(work.runId, reply, clockNow()));
+    // Recording stages the reply's delivery, which the running drain picks up next.
+    await this.mutex.run(() => this.recordRunReply(work.runId, reply, clockNow()));
     this.store.delete(item.id);
-    const delivery = recorded?.delivery ? this.store.get<DeliveryWork>(recorded.delivery.deliveryId) : null;
-    if (delivery) await this.processDelivery(delivery, clockNow());
   }
 
   /** Makes the run its session's current run; false when its session ended before the hand-off. */

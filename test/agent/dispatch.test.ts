@@ -279,3 +279,46 @@ async function sessionRowLive(id: string): Promise<boolean> {
     .first<{ end_reason: string | null }>();
   return row !== null && row.end_reason === null;
 }
+
+it("a slow agent does not hold back the next message's hand-off, which supersedes the slow run", async () => {
+  const chat = unique("chat");
+  const key = genericKey(chat);
+  let releaseFirst!: () => void;
+  const firstHeld = new Promise<void>((resolve) => (releaseFirst = resolve));
+  let firstArrived!: () => void;
+  const firstSeen = new Promise<void>((resolve) => (firstArrived = resolve));
+  const order: string[] = [];
+  services = fakeServices(async (request) => {
+    const text = request.json.message.text;
+    order.push(`start ${text}`);
+    if (text === "slow") {
+      firstArrived();
+      await firstHeld;
+    }
+    order.push(`end ${text}`);
+    return replyWith(`re: ${text}`);
+  });
+  await send({ chat_id: chat, text: "slow" });
+  const alarm = runAlarm(key);
+  await firstSeen;
+  await send({ chat_id: chat, text: "quick" });
+  // Give the woken drain a moment to hand the second message over.
+  for (let i = 0; i < 50 && !order.includes("end quick"); i++) await new Promise((r) => setTimeout(r, 10));
+  const [slow, quick] = services.agentCalls().map((c) => c.json);
+  expect(order).toEqual(["start slow", "start quick", "end quick"]);
+  expect((await agentApi(`/v1/runs/${slow.run_id}/heartbeat`, slow.run_token)).body).toEqual({
+    owns: false,
+    reason: "superseded",
+  });
+  releaseFirst();
+  await alarm;
+  await runAlarm(key);
+  expect(quick.message.text).toBe("quick");
+  // Superseded, not revoked: both replies are delivered.
+  expect(
+    services
+      .replies()
+      .map((r) => r.text)
+      .sort(),
+  ).toEqual(["re: quick", "re: slow"]);
+});
