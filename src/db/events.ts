@@ -11,7 +11,7 @@
  * band (a row ended by SQL) produces its events once when the gateway notices it.
  */
 import { and, eq, lte } from "drizzle-orm";
-import { exec, query, selectRows, type Database, type Statement } from "./client";
+import { exec, query, selectRows, selectRowsSql, type Database, type Statement } from "./client";
 import { events, type EventRow } from "./schema";
 import { FINALIZING_SQL, RECOVERABLE_SQL } from "./sql-lists";
 
@@ -95,6 +95,10 @@ export function selectSessionEvents(db: Database, sessionId: string): Statement<
     events,
     db.q.select().from(events).where(eq(events.sessionId, sessionId)).orderBy(events.createdAt, events.id),
   );
+}
+
+export function selectEvent(id: string): Statement<EventRow[]> {
+  return selectRowsSql(events, `SELECT * FROM events WHERE id = ?`, id);
 }
 
 /** Pending events of one session that are due now, oldest first. */

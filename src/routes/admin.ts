@@ -4,7 +4,7 @@ import { z } from "zod";
 import { configOf } from "../config";
 import { Database } from "../db/client";
 import { selectSessionDeliveries } from "../db/deliveries";
-import { requeueEvent, selectSessionEvents } from "../db/events";
+import { requeueEvent, selectEvent, selectSessionEvents } from "../db/events";
 import { selectMessages, selectSession, selectSessions } from "../db/sessions";
 import { END_REASONS } from "../domain/end-reasons";
 import { now } from "../clock";
@@ -92,9 +92,13 @@ admin.post("/sessions/:id/end", async (c) => {
 });
 
 admin.post("/events/:id/retry", async (c) => {
+  const id = c.req.param("id");
   const database = db(c.env);
-  const [changed] = await database.batch(requeueEvent(c.req.param("id"), now()));
-  if (changed === 0) throw apiError(404, "not_found", "no failed or pending event with that id");
+  const [changed, rows] = await database.batch(requeueEvent(id, now()), selectEvent(id));
+  const event = rows[0];
+  if (changed === 0 || !event) throw apiError(404, "not_found", "no failed or pending event with that id");
+  // Its routing object delivers it right away (retries never wait for the Cron Trigger).
+  await routerFor(c.env, event.sessionKey).flushEvents(event.sessionId);
   return c.json({ requeued: true });
 });
 

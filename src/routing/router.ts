@@ -599,7 +599,10 @@ export class SessionRouter extends DurableObject<Env> {
       if (lease.lapsed) {
         const ending: EndReason = isCronSession(row) ? "cron_complete" : "orphan_reap";
         await this.endNow(row.id, ending, now);
-        return ending === "orphan_reap" ? next : null;
+        if (ending === "cron_complete") return null;
+        // Reaped rows stay recoverable: look again at their policy deadline.
+        await this.db.batch(setSweepAt(row.id, next));
+        return next;
       }
       if (lease.until !== null) next = next === null ? lease.until : Math.min(next, lease.until);
     }
@@ -928,6 +931,15 @@ export class SessionRouter extends DurableObject<Env> {
       } finally {
         await this.rearm(now);
       }
+    });
+  }
+
+  /** `POST /admin/events/{id}/retry`: deliver a session's pending events now, not at the next sweep. */
+  async flushEvents(sessionId: string): Promise<void> {
+    await this.mutex.run(async () => {
+      const now = clockNow();
+      this.stageEvents(sessionId, now);
+      await this.rearm(now);
     });
   }
 

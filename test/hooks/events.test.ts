@@ -437,9 +437,13 @@ describe("the transcript bound", () => {
     const statements = [];
     for (let i = 1; i <= count; i++) {
       statements.push(
-        env.DB.prepare(
-          `INSERT INTO messages (session_id, seq, role, text, created_at) VALUES (?, ?, ?, ?, ?)`,
-        ).bind(sessionId, row.message_count + i, i % 2 === 1 ? "user" : "assistant", text(i), firstAt + i),
+        env.DB.prepare(`INSERT INTO messages (session_id, seq, role, text, created_at) VALUES (?, ?, ?, ?, ?)`).bind(
+          sessionId,
+          row.message_count + i,
+          i % 2 === 1 ? "user" : "assistant",
+          text(i),
+          firstAt + i,
+        ),
       );
     }
     for (let i = 0; i < statements.length; i += 100) await env.DB.batch(statements.slice(i, i + 100));
@@ -476,7 +480,11 @@ describe("the transcript bound", () => {
     expect(truncated).toBe(true);
     expect(transcript).toHaveLength(TRANSCRIPT_MAX_MESSAGES);
     // The newest ones, oldest first: bulk 101 .. bulk 600.
-    expect(transcript[0]).toEqual({ role: "user", text: `bulk ${extra - TRANSCRIPT_MAX_MESSAGES + 1}`, at: T0 + 1_101 });
+    expect(transcript[0]).toEqual({
+      role: "user",
+      text: `bulk ${extra - TRANSCRIPT_MAX_MESSAGES + 1}`,
+      at: T0 + 1_101,
+    });
     expect(transcript.at(-1)).toEqual({ role: "assistant", text: `bulk ${extra}`, at: T0 + 1_000 + extra });
     const times = transcript.map((line: { at: number }) => line.at);
     expect(times).toEqual([...times].sort((a, b) => a - b));
@@ -546,9 +554,7 @@ describe("without HOOK_URLS", () => {
       ["session.started", "new_command"],
     ]);
     expect(fresh.every((e) => e.status === "skipped")).toBe(true);
-    const rows = await env.DB.prepare(
-      `SELECT attempts, next_attempt_at FROM events WHERE session_id IN (?, ?)`,
-    )
+    const rows = await env.DB.prepare(`SELECT attempts, next_attempt_at FROM events WHERE session_id IN (?, ?)`)
       .bind(first.body.session_id, command.body.session_id)
       .all<{ attempts: number; next_attempt_at: number | null }>();
     expect(rows.results.every((r) => r.attempts === 0 && r.next_attempt_at === null)).toBe(true);

@@ -6,7 +6,7 @@
  * sweep run afterwards. A recoverable end (`agent_close`) finalizes only when the
  * policy later promotes it, and not at all when the session is reopened.
  */
-import { env } from "cloudflare:workers";
+import { env, exports } from "cloudflare:workers";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { SWEEP_GRACE_MS, sweep } from "../../src/sweep";
 import {
@@ -27,7 +27,6 @@ import {
   useConfig,
   type Captured,
 } from "../helpers";
-import { exports } from "cloudflare:workers";
 
 const HOOK = "https://hooks.test/receiver";
 const AGENT = "https://agent.test/run";
