@@ -3,7 +3,6 @@
  * validated once per `env` object. Invalid values are a `ConfigError` naming the
  * key, never a silent default; an unset optional value means "off".
  */
-import { z } from "zod";
 import { resetConfigSchema, type ResetConfig } from "./domain/reset-policy";
 
 export class ConfigError extends Error {

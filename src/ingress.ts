@@ -9,7 +9,7 @@ import { buildSessionKey } from "./domain/session-key";
 import { describe } from "./http/outbound";
 import { errorBody } from "./http/errors";
 import { routerFor } from "./routing/client";
-import type { AcceptedBody, RpcResult } from "./routing/router";
+import type { AcceptedBody, RpcResult } from "./routing/results";
 
 export function sessionKeyOf(message: InboundMessage, config: Config): string {
   return buildSessionKey(

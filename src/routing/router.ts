@@ -31,7 +31,7 @@ import {
   selectRun,
   selectSessionOfRun,
 } from "../db/runs";
-import type { DeliveryRow, SessionRow } from "../db/schema";
+import type { SessionRow } from "../db/schema";
 import {
   appendUserMessage,
   clearSweepAt,
@@ -45,7 +45,6 @@ import {
   selectSession,
   setSweepAt,
   type NewSession,
-  type UserMessage,
 } from "../db/sessions";
 import { COMMAND_REPLIES, parseCommand, type Command } from "../domain/commands";
 import { isRecoverable, noticeFor, type EndReason } from "../domain/end-reasons";
@@ -56,7 +55,6 @@ import { makeRunToken } from "../domain/run-token";
 import { decide, type Replaced } from "../domain/routing-decision";
 import { deadline, expiryReason, liveSince, resolvePolicy, type ResetPolicy } from "../domain/reset-policy";
 import { handToAgent } from "../agent/dispatch";
-import type { AgentRunRequest } from "../agent/types";
 import { attemptEvent } from "../hooks/deliver";
 import { backoffDelay } from "../http/backoff";
 import { describe } from "../http/outbound";
@@ -64,68 +62,19 @@ import { newId } from "../ids";
 import { countEnded, metrics } from "../metrics";
 import { senderFor } from "../platforms";
 import { Mutex } from "./mutex";
+import { notFound, notOwned, unavailable, type AcceptedBody, type EntryView, type RpcResult } from "./results";
+import {
+  agentRequest,
+  deliveryWork,
+  entryFromNew,
+  entryFromRow,
+  toUserMessage,
+  type DeliveryWork,
+  type EventsWork,
+  type RecordedReply,
+  type RunWork,
+} from "./work";
 import { RouterStorage, type Entry, type OutboxItem } from "./storage";
-
-export interface ErrorBody {
-  error: { code: string; message: string };
-}
-
-/** What an RPC method answers: an HTTP status and JSON body for the worker to pass on. */
-export type RpcResult<B> =
-  { status: 200; body: B } | { status: 409; body: NotOwnedBody } | { status: 404 | 500 | 503; body: ErrorBody };
-
-/** The routing entry as the operator API shows it. */
-export interface EntryView {
-  session_key: string;
-  session_id: string;
-  platform: string;
-  chat_type: string;
-  last_active_at: number | null;
-  parent_session_id: string | null;
-  reset: Entry["reset"];
-  first_run_pending: boolean;
-  notice_pending: string | null;
-}
-
-export interface AcceptedBody {
-  accepted: true;
-  session_id: string | null;
-  duplicate: boolean;
-  /** A command's answer, for platforms that give it in the webhook's own response. */
-  command_reply?: string;
-}
-
-/** The agent hand-off of one stored message, from the moment it is staged until the reply is recorded. */
-interface RunWork {
-  stage: "dispatch" | "record";
-  runId: string;
-  /** Handed to the agent with every attempt; D1 only ever sees its hash. */
-  token: string;
-  sessionId: string;
-  isNew: boolean;
-  parentId: string | null;
-  reset: Entry["reset"];
-  message: RoutedMessage;
-  reply?: string | null;
-}
-
-/** One outbound platform call, mirrored by its `deliveries` row. */
-interface DeliveryWork {
-  deliveryId: string;
-  sessionId: string;
-  sessionKey: string;
-  platform: string;
-  kind: "reply" | "progress" | "command";
-  text: string;
-  notice: string | null;
-  eventId: string | null;
-  target: RoutedMessage["replyTo"];
-}
-
-/** Lifecycle events of one session still to deliver. */
-interface EventsWork {
-  sessionId: string;
-}
 
 /**
  * A run the agent accepted (202) must be heard from (a heartbeat or its reply)
@@ -142,35 +91,9 @@ const RUN_GIVE_UP_MS = 24 * 60 * 60_000;
 /** Platform deliveries are retried this many times before they are marked failed. */
 const DELIVERY_MAX_ATTEMPTS = 10;
 
-const notFound = (message: string): { status: 404; body: ErrorBody } => ({
-  status: 404,
-  body: { error: { code: "not_found", message } },
-});
-
-/** 409 `{"owns": false, "reason"}`: the run is not (or no longer) the session's current run. */
-export interface NotOwnedBody {
-  owns: false;
-  reason: NotOwnedReason;
-}
-const notOwned = (reason: NotOwnedReason): { status: 409; body: NotOwnedBody } => ({
-  status: 409,
-  body: { owns: false, reason },
-});
-
-interface RecordedReply {
-  finished: boolean;
-  added: boolean;
-  delivery: DeliveryWork | null;
-}
-
 /** The platform name of scheduled jobs' sessions (`cron:{job_id}:{run_id}`). */
 export const CRON_PLATFORM = "cron";
 const isCronSession = (row: Pick<SessionRow, "platform">) => row.platform === CRON_PLATFORM;
-
-const unavailable = (error: unknown): { status: 503; body: ErrorBody } => ({
-  status: 503,
-  body: { error: { code: "unavailable", message: `storage unavailable, retry later (${describe(error)})` } },
-});
 
 export class SessionRouter extends DurableObject<Env> {
   private readonly mutex = new Mutex();
@@ -1174,81 +1097,4 @@ export class SessionRouter extends DurableObject<Env> {
       .all()
       .map(({ id, kind, dueAt, attempts, lastError }) => ({ id, kind, dueAt, attempts, lastError }));
   }
-}
-
-function toUserMessage(message: RoutedMessage, runId: string | null): UserMessage {
-  return {
-    sessionKey: message.sessionKey,
-    eventId: message.eventId,
-    runId,
-    text: message.text,
-    receivedAt: message.receivedAt,
-  };
-}
-
-function entryFromRow(row: SessionRow, message: Pick<RoutedMessage, "sessionKey">): Entry {
-  return {
-    sessionKey: message.sessionKey,
-    platform: row.platform,
-    chatType: row.chatType,
-    sessionId: row.id,
-    parentId: row.parentSessionId,
-    reset:
-      row.previousSessionId && row.resetReason
-        ? { reason: row.resetReason, had_activity: !!row.resetHadActivity, previous_session_id: row.previousSessionId }
-        : null,
-    firstRunPending: row.currentRunId === null,
-  };
-}
-
-function entryFromNew(
-  session: NewSession,
-  message: Pick<RoutedMessage, "sessionKey">,
-  replaced: Replaced | null,
-): Entry {
-  return {
-    sessionKey: message.sessionKey,
-    platform: session.platform,
-    chatType: session.chatType,
-    sessionId: session.id,
-    parentId: session.parentSessionId,
-    reset: replaced
-      ? { reason: replaced.reason, had_activity: replaced.hadActivity, previous_session_id: replaced.sessionId }
-      : null,
-    firstRunPending: true,
-  };
-}
-
-function agentRequest(work: RunWork): AgentRunRequest {
-  const m = work.message;
-  return {
-    run_id: work.runId,
-    run_token: work.token,
-    session: { id: work.sessionId, key: m.sessionKey, is_new: work.isNew, parent_id: work.parentId },
-    reset: work.reset,
-    message: {
-      event_id: m.eventId,
-      platform: m.platform,
-      chat_id: m.chatId,
-      chat_type: m.chatType,
-      user_id: m.userId,
-      thread_id: m.threadId,
-      text: m.text,
-      received_at: m.receivedAt,
-    },
-  };
-}
-
-function deliveryWork(row: DeliveryRow, sessionKey: string): DeliveryWork {
-  return {
-    deliveryId: row.id,
-    sessionId: row.sessionId,
-    sessionKey,
-    platform: row.platform,
-    kind: row.kind,
-    text: row.text,
-    notice: row.notice,
-    eventId: row.eventId,
-    target: JSON.parse(row.target) as RoutedMessage["replyTo"],
-  };
 }

@@ -16,7 +16,6 @@ import {
   genericKey,
   messagesOf,
   restoreClock,
-  router,
   runAlarm,
   send,
   sessionRow,

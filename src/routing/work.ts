@@ -1,0 +1,126 @@
+/**
+ * The outbox's work items and the small conversions between rows, entries and
+ * the shapes sent out, kept apart from the routing object's logic.
+ */
+import type { AgentRunRequest } from "../agent/types";
+import type { DeliveryRow, SessionRow } from "../db/schema";
+import type { NewSession, UserMessage } from "../db/sessions";
+import type { RoutedMessage } from "../domain/inbound";
+import type { Replaced } from "../domain/routing-decision";
+import type { Entry } from "./storage";
+
+/** The agent hand-off of one stored message, from the moment it is staged until the reply is recorded. */
+export interface RunWork {
+  stage: "dispatch" | "record";
+  runId: string;
+  /** Handed to the agent with every attempt; D1 only ever sees its hash. */
+  token: string;
+  sessionId: string;
+  isNew: boolean;
+  parentId: string | null;
+  reset: Entry["reset"];
+  message: RoutedMessage;
+  reply?: string | null;
+}
+
+/** One outbound platform call, mirrored by its `deliveries` row. */
+export interface DeliveryWork {
+  deliveryId: string;
+  sessionId: string;
+  sessionKey: string;
+  platform: string;
+  kind: "reply" | "progress" | "command";
+  text: string;
+  notice: string | null;
+  eventId: string | null;
+  target: RoutedMessage["replyTo"];
+}
+
+/** Lifecycle events of one session still to deliver. */
+export interface EventsWork {
+  sessionId: string;
+}
+
+/** How recording a run's reply turned out. */
+export interface RecordedReply {
+  finished: boolean;
+  added: boolean;
+  delivery: DeliveryWork | null;
+}
+
+export function toUserMessage(message: RoutedMessage, runId: string | null): UserMessage {
+  return {
+    sessionKey: message.sessionKey,
+    eventId: message.eventId,
+    runId,
+    text: message.text,
+    receivedAt: message.receivedAt,
+  };
+}
+
+export function entryFromRow(row: SessionRow, message: Pick<RoutedMessage, "sessionKey">): Entry {
+  return {
+    sessionKey: message.sessionKey,
+    platform: row.platform,
+    chatType: row.chatType,
+    sessionId: row.id,
+    parentId: row.parentSessionId,
+    reset:
+      row.previousSessionId && row.resetReason
+        ? { reason: row.resetReason, had_activity: !!row.resetHadActivity, previous_session_id: row.previousSessionId }
+        : null,
+    firstRunPending: row.currentRunId === null,
+  };
+}
+
+export function entryFromNew(
+  session: NewSession,
+  message: Pick<RoutedMessage, "sessionKey">,
+  replaced: Replaced | null,
+): Entry {
+  return {
+    sessionKey: message.sessionKey,
+    platform: session.platform,
+    chatType: session.chatType,
+    sessionId: session.id,
+    parentId: session.parentSessionId,
+    reset: replaced
+      ? { reason: replaced.reason, had_activity: replaced.hadActivity, previous_session_id: replaced.sessionId }
+      : null,
+    firstRunPending: true,
+  };
+}
+
+export function agentRequest(work: RunWork): AgentRunRequest {
+  const m = work.message;
+  return {
+    run_id: work.runId,
+    run_token: work.token,
+    session: { id: work.sessionId, key: m.sessionKey, is_new: work.isNew, parent_id: work.parentId },
+    reset: work.reset,
+    message: {
+      event_id: m.eventId,
+      platform: m.platform,
+      chat_id: m.chatId,
+      chat_type: m.chatType,
+      user_id: m.userId,
+      thread_id: m.threadId,
+      text: m.text,
+      received_at: m.receivedAt,
+    },
+  };
+}
+
+export function deliveryWork(row: DeliveryRow, sessionKey: string): DeliveryWork {
+  return {
+    deliveryId: row.id,
+    sessionId: row.sessionId,
+    sessionKey,
+    platform: row.platform,
+    kind: row.kind,
+    text: row.text,
+    notice: row.notice,
+    eventId: row.eventId,
+    target: JSON.parse(row.target) as RoutedMessage["replyTo"],
+  };
+}
