@@ -34,7 +34,11 @@ export async function callJson(url: string, body: unknown, options: CallOptions)
   } catch (error) {
     return { ok: false, retryable: true, retryAfterMs: null, status: null, error: describe(error), json: null };
   }
-  const raw = await response.text().catch(() => "");
+  const raw = await response.text().catch((error: unknown) => {
+    // The status still counts; only the body (error codes, retry hints) is lost.
+    console.warn("could not read the response body", url, describe(error));
+    return "";
+  });
   let json: unknown = null;
   try {
     json = raw === "" ? null : JSON.parse(raw);

@@ -1,15 +1,77 @@
-/** The telegram adapter: not built yet, so the platform stays off (its webhook answers 404). */
-import type { PlatformAdapter } from "../types";
+/**
+ * The Telegram adapter (`POST /webhooks/telegram`): the webhook's secret token in
+ * `X-Telegram-Bot-Api-Secret-Token`, updates typed by `@grammyjs/types`, replies
+ * through the Bot API's `sendMessage`. See docs/platforms/telegram.md.
+ */
+import { safeEqual } from "../../crypto";
+import { apiError } from "../../http/errors";
+import { describe } from "../../http/outbound";
+import { parseJsonBytes } from "../parse";
+import { apiBase, requiredSecrets } from "../settings";
+import type { PlatformAdapter, PlatformEnv } from "../types";
+import { sendTelegram } from "./send";
+import { checkUpdate, inboundOf } from "./update";
 
-export const telegram: PlatformAdapter<never> = {
+export interface TelegramSettings {
+  token: string;
+  secret: string;
+  apiBase: string;
+}
+
+const SECRETS = ["TELEGRAM_BOT_TOKEN", "TELEGRAM_WEBHOOK_SECRET"] as const;
+
+/** Telegram's settings: null when off, a ConfigError naming the missing key when partly set. */
+export function telegramSettings(env: PlatformEnv): TelegramSettings | null {
+  const secrets = requiredSecrets(env, SECRETS);
+  if (!secrets) return null;
+  return {
+    token: secrets.TELEGRAM_BOT_TOKEN,
+    secret: secrets.TELEGRAM_WEBHOOK_SECRET,
+    apiBase: apiBase(env, "TELEGRAM_API_BASE", "https://api.telegram.org"),
+  };
+}
+
+/** The settings for sending, or null when sending cannot work (off or misconfigured). */
+function sendSettings(env: PlatformEnv): TelegramSettings | null {
+  try {
+    return telegramSettings(env);
+  } catch (error) {
+    // The webhook answers 500 naming the key meanwhile; say why replies are not sent either.
+    console.error("telegram replies not sent: invalid configuration", describe(error));
+    return null;
+  }
+}
+
+// Telegram answers a webhook's non-2xx by retrying the same update; 200 with any body acknowledges it.
+const ACK = { status: 200, body: {} };
+
+export const telegram: PlatformAdapter<TelegramSettings> = {
   name: "telegram",
   methods: ["POST"],
-  settings: () => null,
-  handle: async () => {
-    throw new Error("telegram is not built yet");
+
+  settings: (env) => telegramSettings(env),
+
+  async handle(input, settings) {
+    // Telegram sends the secret as is; a missing header is refused like a wrong one.
+    const header = input.headers.get("x-telegram-bot-api-secret-token");
+    if (header === null || !safeEqual(header, settings.secret)) {
+      throw apiError(401, "bad_signature", "missing or invalid X-Telegram-Bot-Api-Secret-Token");
+    }
+    const update = checkUpdate(parseJsonBytes(input.rawBody));
+    const message = inboundOf(update);
+    if (!message) return { kind: "answer", answer: ACK };
+    return { kind: "route", messages: [message], answer: () => ACK };
   },
+
   sender: {
-    canDeliver: () => false,
-    send: async () => ({ ok: false, retryable: false, retryAfterMs: null, status: null, error: "telegram is not built yet" }),
+    canDeliver: (target, _config, env) => target.platform === "telegram" && sendSettings(env) !== null,
+
+    async send(message, _config, env) {
+      const settings = sendSettings(env);
+      if (!settings) {
+        return { ok: false, retryable: false, retryAfterMs: null, status: null, error: "telegram is not configured" };
+      }
+      return sendTelegram(message, settings);
+    },
   },
 };
