@@ -1,0 +1,166 @@
+/**
+ * What Slack POSTs to `/webhooks/slack`, validated and turned into inbound
+ * messages: Events API envelopes (JSON) and slash commands (form-encoded). The
+ * message event's fields are typed by `@slack/types`; Slack's envelope and
+ * slash-command shapes are not in that package, so zod describes them.
+ */
+import type { GenericMessageEvent } from "@slack/types";
+import { z } from "zod";
+import type { InboundMessage, ReplyTarget } from "../../domain/inbound";
+import type { ChatType } from "../../domain/session-key";
+
+export const SLACK = "slack";
+
+/** The reply coordinates of a Slack conversation (see `send.ts`). */
+export interface SlackTarget extends ReplyTarget {
+  platform: typeof SLACK;
+  channel: string;
+  thread_ts?: string;
+}
+
+// ------------------------------------------------------------------ Events API
+
+export const envelopeSchema = z.looseObject({ type: z.string().min(1) });
+
+export const urlVerificationSchema = z.looseObject({
+  type: z.literal("url_verification"),
+  challenge: z.string().min(1),
+});
+
+export const eventCallbackSchema = z.looseObject({
+  type: z.literal("event_callback"),
+  event_id: z.string().min(1).max(256),
+  event: z.looseObject({ type: z.string().min(1) }),
+  authorizations: z.array(z.looseObject({ user_id: z.string().nullish(), is_bot: z.boolean().nullish() })).nullish(),
+});
+
+/** Enough of any `message` event to tell a user's own new message from everything else. */
+export const messageHeadSchema = z.looseObject({
+  subtype: z.string().nullish(),
+  bot_id: z.string().nullish(),
+  user: z.string().nullish(),
+});
+
+/** The fields read from a user's message (`GenericMessageEvent`, no subtype). */
+type UserMessageFields = Pick<GenericMessageEvent, "channel" | "user" | "text" | "ts" | "thread_ts"> & {
+  channel_type: string;
+};
+
+const userMessageSchema = z.looseObject({
+  channel: z.string().min(1).max(256),
+  user: z.string().min(1).max(256),
+  channel_type: z.string(),
+  text: z.string().optional(),
+  ts: z.string().regex(/^\d+(\.\d+)?$/),
+  thread_ts: z.string().min(1).max(256).optional(),
+});
+
+export function parseUserMessage(event: unknown) {
+  return userMessageSchema.safeParse(event) as z.ZodSafeParseResult<UserMessageFields>;
+}
+
+/**
+ * `channel_type` → chat type: a DM (and the app's Messages tab, `app_home`, which
+ * is the same DM) is `dm`; a multi-person DM is `group`; public and private
+ * channels are `channel`.
+ */
+export const CHAT_TYPE_OF: Record<GenericMessageEvent["channel_type"], ChatType> = {
+  im: "dm",
+  app_home: "dm",
+  mpim: "group",
+  channel: "channel",
+  group: "channel",
+};
+
+export function chatTypeOf(channelType: string): ChatType | null {
+  return Object.hasOwn(CHAT_TYPE_OF, channelType)
+    ? CHAT_TYPE_OF[channelType as GenericMessageEvent["channel_type"]]
+    : null;
+}
+
+/** Slack's `ts` ("1700000000.000100", seconds) in milliseconds. */
+export function tsToMs(ts: string): number | null {
+  const seconds = Number(ts);
+  return Number.isFinite(seconds) ? Math.round(seconds * 1000) : null;
+}
+
+/** The app's own bot user ids, from the envelope's `authorizations` (user-token grants excluded). */
+export function ownBotUsers(envelope: z.infer<typeof eventCallbackSchema>): Set<string> {
+  const ids = (envelope.authorizations ?? [])
+    .filter((grant) => grant.is_bot !== false)
+    .map((grant) => grant.user_id)
+    .filter((id): id is string => typeof id === "string" && id !== "");
+  return new Set(ids);
+}
+
+export function messageToInbound(
+  eventId: string,
+  message: UserMessageFields,
+  chatType: ChatType,
+  text: string,
+): InboundMessage {
+  const threadTs = message.thread_ts ?? null;
+  const replyTo: SlackTarget = { platform: SLACK, channel: message.channel };
+  if (threadTs) replyTo.thread_ts = threadTs;
+  return {
+    platform: SLACK,
+    eventId,
+    chatId: message.channel,
+    chatType,
+    userId: message.user,
+    threadId: threadTs,
+    text,
+    sentAt: tsToMs(message.ts),
+    replyTo,
+  };
+}
+
+// ------------------------------------------------------------ slash commands
+
+export const slashCommandSchema = z.looseObject({
+  command: z.string().regex(/^\/\S+$/),
+  text: z.string().optional(),
+  user_id: z.string().min(1).max(256),
+  channel_id: z.string().min(1).max(256),
+  channel_name: z.string().optional(),
+  trigger_id: z.string().min(1).max(256),
+  team_id: z.string().optional(),
+  response_url: z.string().optional(),
+});
+
+export type SlashCommand = z.infer<typeof slashCommandSchema>;
+
+/** The slash commands the gateway answers; any other is "Unknown command". */
+export const GATEWAY_COMMANDS = new Set(["/new", "/reset", "/stop"]);
+
+/**
+ * The chat type of the conversation a slash command was typed in, chosen so the
+ * command lands on the same session key as that conversation's messages: DM
+ * channel ids start with `D`; a multi-person DM is named `mpdm-…`; anything else
+ * is a channel (public or private).
+ */
+export function slashChatType(command: SlashCommand): ChatType {
+  if (command.channel_id.startsWith("D")) return "dm";
+  if (command.channel_name?.startsWith("mpdm-")) return "group";
+  return "channel";
+}
+
+export function slashToInbound(command: SlashCommand): InboundMessage {
+  const replyTo: SlackTarget = { platform: SLACK, channel: command.channel_id, answersCommandsInline: true };
+  return {
+    platform: SLACK,
+    eventId: `cmd:${command.trigger_id}`,
+    chatId: command.channel_id,
+    chatType: slashChatType(command),
+    userId: command.user_id,
+    threadId: null,
+    text: command.command.toLowerCase(),
+    sentAt: null,
+    replyTo,
+  };
+}
+
+/** Form fields of an `application/x-www-form-urlencoded` body, as a plain object. */
+export function formFields(raw: ArrayBuffer): Record<string, string> {
+  return Object.fromEntries(new URLSearchParams(new TextDecoder().decode(raw)));
+}
