@@ -3,7 +3,8 @@
  * some set is a configuration error naming the first missing key.
  */
 import { ConfigError } from "../config";
-import type { PlatformEnv } from "./types";
+import { describe } from "../http/outbound";
+import type { PlatformEnv, SendOutcome } from "./types";
 
 function read(env: PlatformEnv, key: string): string | null {
   const value = (env as Record<string, unknown>)[key];
@@ -32,4 +33,26 @@ export function apiBase(env: PlatformEnv, key: string, fallback: string): string
   }
   if (url.protocol !== "http:" && url.protocol !== "https:") throw new ConfigError(key, "must be an http(s) URL");
   return value.replace(/\/+$/, "");
+}
+
+/**
+ * A platform's settings for sending: never throws. Off is null; a configuration
+ * error is logged (the webhook answers 500 naming the key meanwhile) and is null too.
+ */
+export function settingsForSending<S>(
+  platform: string,
+  read: (env: PlatformEnv) => S | null,
+  env: PlatformEnv,
+): S | null {
+  try {
+    return read(env);
+  } catch (error) {
+    console.error(`${platform} replies not sent: invalid configuration`, describe(error));
+    return null;
+  }
+}
+
+/** A send that will not succeed by trying again. */
+export function permanentFailure(error: string, status: number | null = null): SendOutcome {
+  return { ok: false, retryable: false, retryAfterMs: null, status, error };
 }

@@ -569,7 +569,7 @@ describe("replies", () => {
     await post(u);
     await runAlarm(dmKey(u));
     expect(bodies()).toEqual([
-      { chat_id: u.message!.chat.id, text: `${"a".repeat(3000)}\n` },
+      { chat_id: u.message!.chat.id, text: "a".repeat(3000) },
       { chat_id: u.message!.chat.id, text: "b".repeat(3000) },
     ]);
     const session = await onlySession(dmKey(u));

@@ -10,10 +10,11 @@ import type { APIInteractionResponse } from "discord-api-types/v10";
 import { parseCommand } from "../../domain/commands";
 import { apiError } from "../../http/errors";
 import { parseJsonBytes, validationError } from "../parse";
+import { settingsForSending } from "../settings";
 import type { PlatformAdapter, WebhookAnswer, WebhookVerdict } from "../types";
 import { FLAGS, INTERACTION, RESPONSE } from "./constants";
 import { commandSchema, commandToInbound, DISCORD, interactionHeadSchema, interactionText } from "./interactions";
-import { sendDiscord, targetOf, tryDiscordSettings } from "./send";
+import { sendDiscord, targetOf } from "./send";
 import { discordSettings, type DiscordSettings } from "./settings";
 import { verifyDiscordRequest } from "./signature";
 
@@ -91,7 +92,8 @@ export const discord: PlatformAdapter<DiscordSettings> = {
   },
 
   sender: {
-    canDeliver: (target, _config, env) => targetOf(target) !== null && tryDiscordSettings(env) !== null,
+    canDeliver: (target, _config, env) =>
+      targetOf(target) !== null && settingsForSending("discord", discordSettings, env) !== null,
     send: (message, _config, env) => sendDiscord(message, env),
   },
 };

@@ -8,31 +8,16 @@
 import type { RESTPatchAPIInteractionOriginalResponseJSONBody } from "discord-api-types/v10";
 import { now } from "../../clock";
 import { callJson, type CallOutcome } from "../../http/outbound";
+import { permanentFailure, settingsForSending } from "../settings";
+import { splitText } from "../text";
 import { withNotice, type OutboundMessage, type PlatformEnv, type SendOutcome } from "../types";
 import type { DiscordTarget } from "./interactions";
-import { discordSettings, type DiscordSettings } from "./settings";
+import { discordSettings } from "./settings";
 
 /** Discord's limit on a message's `content`. */
 export const DISCORD_CONTENT_LIMIT = 2000;
 /** How long an interaction token can be used after the interaction. */
 export const INTERACTION_TOKEN_TTL_MS = 15 * 60_000;
-
-const failed = (error: string, status: number | null = null): SendOutcome => ({
-  ok: false,
-  retryable: false,
-  retryAfterMs: null,
-  status,
-  error,
-});
-
-/** The settings when the platform is fully configured; null otherwise (never throws). */
-export function tryDiscordSettings(env: PlatformEnv): DiscordSettings | null {
-  try {
-    return discordSettings(env);
-  } catch {
-    return null;
-  }
-}
 
 export function targetOf(target: Record<string, unknown>): DiscordTarget | null {
   const { application_id, token, interaction_at } = target;
@@ -42,29 +27,9 @@ export function targetOf(target: Record<string, unknown>): DiscordTarget | null 
   return target as DiscordTarget;
 }
 
-const isHighSurrogate = (code: number) => code >= 0xd800 && code <= 0xdbff;
-
-/**
- * Splits text into messages of at most `limit` characters, at the last line
- * break in the second half of a chunk when there is one (so paragraphs and code
- * lines stay whole), else at the limit, never inside a surrogate pair.
- */
+/** A reply in parts of at most 2,000 characters (see `splitText`). */
 export function splitContent(text: string, limit = DISCORD_CONTENT_LIMIT): string[] {
-  const chunks: string[] = [];
-  let rest = text;
-  while (rest.length > limit) {
-    const newline = rest.lastIndexOf("\n", limit);
-    if (newline >= limit / 2) {
-      chunks.push(rest.slice(0, newline));
-      rest = rest.slice(newline + 1);
-      continue;
-    }
-    const cut = isHighSurrogate(rest.charCodeAt(limit - 1)) ? limit - 1 : limit;
-    chunks.push(rest.slice(0, cut));
-    rest = rest.slice(cut);
-  }
-  chunks.push(rest);
-  return chunks;
+  return splitText(text, limit);
 }
 
 /** Discord's answer, classified: 429 (with its `retry_after` seconds) and 5xx retry; 401/404 mean the token is gone. */
@@ -83,24 +48,19 @@ export function classify(result: CallOutcome): SendOutcome {
     };
   }
   if (status === 401 || status === 404) {
-    return failed(`discord: interaction token expired or unknown (${error ?? `HTTP ${status}`})`, status);
+    return permanentFailure(`discord: interaction token expired or unknown (${error ?? `HTTP ${status}`})`, status);
   }
   return { ok: false, retryable, retryAfterMs: result.retryAfterMs, status, error };
 }
 
 export async function sendDiscord(message: OutboundMessage, env: PlatformEnv): Promise<SendOutcome> {
-  let settings: DiscordSettings | null;
-  try {
-    settings = discordSettings(env);
-  } catch (error) {
-    return failed(`discord is misconfigured: ${(error as Error).message}`);
-  }
-  if (!settings) return failed("discord is not configured");
+  const settings = settingsForSending("discord", discordSettings, env);
+  if (!settings) return permanentFailure("discord is not configured or misconfigured");
   const target = targetOf(message.target);
-  if (!target) return failed("reply target has no Discord interaction token");
+  if (!target) return permanentFailure("reply target has no Discord interaction token");
   // Past 15 minutes Discord refuses the token; calling anyway would only earn a 401.
   if (now() - target.interaction_at >= INTERACTION_TOKEN_TTL_MS) {
-    return failed("discord: interaction token expired (15 minutes after the interaction)");
+    return permanentFailure("discord: interaction token expired (15 minutes after the interaction)");
   }
   const webhook = `${settings.apiBase}/webhooks/${encodeURIComponent(target.application_id)}/${encodeURIComponent(target.token)}`;
   const chunks = splitContent(withNotice(message));

@@ -9,6 +9,7 @@
  */
 import { apiError } from "../../http/errors";
 import { parseJsonBytes, validationError } from "../parse";
+import { settingsForSending } from "../settings";
 import type { PlatformAdapter, WebhookAnswer, WebhookVerdict } from "../types";
 import {
   chatTypeOf,
@@ -25,7 +26,7 @@ import {
   slashToInbound,
   urlVerificationSchema,
 } from "./events";
-import { sendSlack, trySlackSettings } from "./send";
+import { sendSlack } from "./send";
 import { slackSettings, type SlackSettings } from "./settings";
 import { verifySlackRequest } from "./signature";
 
@@ -112,7 +113,8 @@ export const slack: PlatformAdapter<SlackSettings> = {
   },
 
   sender: {
-    canDeliver: (target, _config, env) => typeof target.channel === "string" && trySlackSettings(env) !== null,
+    canDeliver: (target, _config, env) =>
+      typeof target.channel === "string" && settingsForSending("slack", slackSettings, env) !== null,
     send: (message, _config, env) => sendSlack(message, env),
   },
 };

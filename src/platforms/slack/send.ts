@@ -4,9 +4,10 @@
  * and `{"ok": false, "error"}`, so the body decides, not only the status.
  */
 import { callJson } from "../../http/outbound";
+import { permanentFailure, settingsForSending } from "../settings";
 import { withNotice, type OutboundMessage, type PlatformEnv, type SendOutcome } from "../types";
 import type { SlackTarget } from "./events";
-import { slackSettings, type SlackSettings } from "./settings";
+import { slackSettings } from "./settings";
 
 /**
  * `ok: false` errors worth another attempt: `ratelimited` (Slack's own 429 in a
@@ -16,14 +17,6 @@ import { slackSettings, type SlackSettings } from "./settings";
  */
 export const SLACK_RETRYABLE_ERRORS = new Set(["ratelimited", "service_unavailable"]);
 
-const failed = (error: string): SendOutcome => ({
-  ok: false,
-  retryable: false,
-  retryAfterMs: null,
-  status: null,
-  error,
-});
-
 function targetOf(message: OutboundMessage): SlackTarget | null {
   const { channel, thread_ts } = message.target;
   if (typeof channel !== "string" || channel === "") return null;
@@ -31,25 +24,11 @@ function targetOf(message: OutboundMessage): SlackTarget | null {
   return message.target as SlackTarget;
 }
 
-/** The settings when the platform is fully configured; null otherwise (never throws). */
-export function trySlackSettings(env: PlatformEnv): SlackSettings | null {
-  try {
-    return slackSettings(env);
-  } catch {
-    return null;
-  }
-}
-
 export async function sendSlack(message: OutboundMessage, env: PlatformEnv): Promise<SendOutcome> {
-  let settings: SlackSettings | null;
-  try {
-    settings = slackSettings(env);
-  } catch (error) {
-    return failed(`slack is misconfigured: ${(error as Error).message}`);
-  }
-  if (!settings) return failed("slack is not configured");
+  const settings = settingsForSending("slack", slackSettings, env);
+  if (!settings) return permanentFailure("slack is not configured or misconfigured");
   const target = targetOf(message);
-  if (!target) return failed("reply target has no Slack channel");
+  if (!target) return permanentFailure("reply target has no Slack channel");
   const body: Record<string, string> = { channel: target.channel, text: withNotice(message) };
   if (target.thread_ts) body.thread_ts = target.thread_ts;
   const result = await callJson(`${settings.apiBase}/chat.postMessage`, body, {

@@ -5,9 +5,8 @@
  */
 import { safeEqual } from "../../crypto";
 import { apiError } from "../../http/errors";
-import { describe } from "../../http/outbound";
 import { parseJsonBytes } from "../parse";
-import { apiBase, requiredSecrets } from "../settings";
+import { apiBase, permanentFailure, requiredSecrets, settingsForSending } from "../settings";
 import type { PlatformAdapter, PlatformEnv } from "../types";
 import { sendTelegram } from "./send";
 import { checkUpdate, inboundOf } from "./update";
@@ -31,16 +30,7 @@ export function telegramSettings(env: PlatformEnv): TelegramSettings | null {
   };
 }
 
-/** The settings for sending, or null when sending cannot work (off or misconfigured). */
-function sendSettings(env: PlatformEnv): TelegramSettings | null {
-  try {
-    return telegramSettings(env);
-  } catch (error) {
-    // The webhook answers 500 naming the key meanwhile; say why replies are not sent either.
-    console.error("telegram replies not sent: invalid configuration", describe(error));
-    return null;
-  }
-}
+const sendSettings = (env: PlatformEnv) => settingsForSending("telegram", telegramSettings, env);
 
 // Telegram answers a webhook's non-2xx by retrying the same update; 200 with any body acknowledges it.
 const ACK = { status: 200, body: {} };
@@ -68,9 +58,7 @@ export const telegram: PlatformAdapter<TelegramSettings> = {
 
     async send(message, _config, env) {
       const settings = sendSettings(env);
-      if (!settings) {
-        return { ok: false, retryable: false, retryAfterMs: null, status: null, error: "telegram is not configured" };
-      }
+      if (!settings) return permanentFailure("telegram is not configured");
       return sendTelegram(message, settings);
     },
   },

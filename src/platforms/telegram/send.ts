@@ -5,7 +5,7 @@
 import { z } from "zod";
 import { callJson, type CallOutcome } from "../../http/outbound";
 import { withNotice, type OutboundMessage, type SendOutcome } from "../types";
-import { splitText } from "./split";
+import { splitText } from "../text";
 import type { TelegramTarget } from "./update";
 
 /** Telegram refuses a message text longer than this (characters after entity parsing). */

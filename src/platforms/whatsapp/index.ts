@@ -5,9 +5,8 @@
  */
 import { safeEqual, verifyHmacSha256Hex } from "../../crypto";
 import { apiError } from "../../http/errors";
-import { describe } from "../../http/outbound";
 import { parseJsonBytes } from "../parse";
-import { apiBase, requiredSecrets } from "../settings";
+import { apiBase, permanentFailure, requiredSecrets, settingsForSending } from "../settings";
 import type { PlatformAdapter, PlatformEnv, WebhookInput } from "../types";
 import { inboundMessages } from "./payload";
 import { sendWhatsApp } from "./send";
@@ -40,16 +39,7 @@ export function whatsappSettings(env: PlatformEnv): WhatsAppSettings | null {
   };
 }
 
-/** The settings for sending, or null when sending cannot work (off or misconfigured). */
-function sendSettings(env: PlatformEnv): WhatsAppSettings | null {
-  try {
-    return whatsappSettings(env);
-  } catch (error) {
-    // The webhook answers 500 naming the key meanwhile; say why replies are not sent either.
-    console.error("whatsapp replies not sent: invalid configuration", describe(error));
-    return null;
-  }
-}
+const sendSettings = (env: PlatformEnv) => settingsForSending("whatsapp", whatsappSettings, env);
 
 const SIGNATURE = /^sha256=([0-9a-fA-F]{64})$/;
 
@@ -96,9 +86,7 @@ export const whatsapp: PlatformAdapter<WhatsAppSettings> = {
 
     async send(message, _config, env) {
       const settings = sendSettings(env);
-      if (!settings) {
-        return { ok: false, retryable: false, retryAfterMs: null, status: null, error: "whatsapp is not configured" };
-      }
+      if (!settings) return permanentFailure("whatsapp is not configured");
       return sendWhatsApp(message, settings);
     },
   },

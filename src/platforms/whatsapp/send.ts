@@ -4,7 +4,7 @@
  */
 import { z } from "zod";
 import { callJson, type CallOutcome } from "../../http/outbound";
-import { splitText } from "../telegram/split";
+import { splitText } from "../text";
 import { withNotice, type OutboundMessage, type SendOutcome } from "../types";
 import type { WhatsAppTarget } from "./payload";
 
