@@ -10,7 +10,7 @@
  * finalized event per session whichever path ended it, and an end found out of
  * band (a row ended by SQL) produces its events once when the gateway notices it.
  */
-import { and, eq, lte } from "drizzle-orm";
+import { and, eq, lte, sql } from "drizzle-orm";
 import { exec, query, selectRows, selectRowsSql, type Database, type Statement } from "./client";
 import { events, type EventRow } from "./schema";
 import { FINALIZING_SQL, RECOVERABLE_SQL } from "./sql-lists";
@@ -90,10 +90,20 @@ export function endedEvents(sessionId: string, now: number, status: InitialStatu
   return [syncEvent(ENDED, sessionId, now, status), syncEvent(FINALIZED, sessionId, now, status)];
 }
 
+/**
+ * Events written in one batch share `created_at`; they are listed and delivered
+ * in the order their changes happened: started, reset, ended, finalized.
+ */
+const LIFECYCLE_ORDER = sql`CASE ${events.type} WHEN 'session.started' THEN 0 WHEN 'session.reset' THEN 1 WHEN 'session.ended' THEN 2 ELSE 3 END`;
+
 export function selectSessionEvents(db: Database, sessionId: string): Statement<EventRow[]> {
   return selectRows(
     events,
-    db.q.select().from(events).where(eq(events.sessionId, sessionId)).orderBy(events.createdAt, events.id),
+    db.q
+      .select()
+      .from(events)
+      .where(eq(events.sessionId, sessionId))
+      .orderBy(events.createdAt, LIFECYCLE_ORDER, events.id),
   );
 }
 
@@ -109,7 +119,7 @@ export function selectDueSessionEvents(db: Database, sessionId: string, now: num
       .select()
       .from(events)
       .where(and(eq(events.sessionId, sessionId), eq(events.status, "pending"), lte(events.nextAttemptAt, now)))
-      .orderBy(events.createdAt, events.id),
+      .orderBy(events.createdAt, LIFECYCLE_ORDER, events.id),
   );
 }
 

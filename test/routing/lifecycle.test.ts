@@ -381,12 +381,13 @@ describe("lifecycle events of routing", () => {
       ["session.ended", "idle"],
       ["session.finalized", "idle"],
     ]);
-    const fresh = await eventsOf(next.body.session_id);
-    expect(fresh.map((e) => [e.type, e.reason])).toEqual([
-      ["session.reset", "idle"],
+    // Listed (and delivered) in the order the changes happened.
+    const fresh = ((await (await adminFetch(`/admin/sessions/${next.body.session_id}`)).json()) as any).events;
+    expect(fresh.map((e: any) => [e.type, e.reason])).toEqual([
       ["session.started", "idle"],
+      ["session.reset", "idle"],
     ]);
-    expect(JSON.parse(fresh[0]!.payload)).toMatchObject({
+    expect(fresh[1].payload).toMatchObject({
       previous_session_id: first.body.session_id,
       had_activity: true,
     });
