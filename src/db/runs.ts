@@ -1,7 +1,7 @@
 /** Statements on `runs`: dispatch, revocation, and the one-batch recording of a reply. */
 import { eq } from "drizzle-orm";
 import { exec, selectRows, selectRowsSql, type Database, type Statement } from "./client";
-import { deliveries, runs, sessions, type DeliveryRow, type RunRow, type SessionRow } from "./schema";
+import { deliveries, runs, sessions, type RunRow, type SessionRow } from "./schema";
 import { sqlTime } from "./sql-lists";
 
 export interface NewRun {
@@ -97,55 +97,118 @@ export function markRunFailed(runId: string, now: number, error: string): Statem
 /** The reply delivery's id: one per run, so recording a reply twice is a no-op. */
 export const replyDeliveryId = (runId: string) => `dl_${runId}_reply`;
 
+export interface ReplyRecord {
+  runId: string;
+  sessionId: string;
+  /** Null when the agent had nothing to say: the run is finished, nothing is added. */
+  text: string | null;
+  /** The session must still be within its policy: last activity at or after this. */
+  liveSince: number;
+  now: number;
+  /** Whether the reply has anywhere to go (a delivery row is written only then). */
+  deliverable: boolean;
+}
+
 /**
- * Records a run's reply in one batch. The run is finished (first reply wins) and
- * keeps the text whatever happens next. Then, only if there is text, the run is
- * not revoked, and its session is live and within its policy (`liveSince`): the
- * activity bump that also clears the pending reset notice, the assistant message,
- * and, when the reply has somewhere to go, its delivery row carrying that notice.
- * The last statement reads the delivery row back, so replaying the batch after a
- * restart tells whether a delivery is still owed.
+ * After the statement that finishes the run (it must change one row the first time
+ * only): if there is text, the run is not revoked, and the session is live and
+ * within its policy, bump the session's activity (and, for `currentRunId`, make the
+ * run current), add the assistant message, write its delivery row carrying the
+ * session's pending reset notice, then clear that notice. The batch then reads
+ * the delivery row back, so replaying it after a restart tells whether a delivery
+ * is still owed.
  */
-export function recordReply(
-  runId: string,
-  text: string | null,
-  liveSince: number,
-  now: number,
-  options: { notice: string | null; deliverable: boolean },
-): [Statement<number>, Statement<number>, Statement<number>, Statement<number>, Statement<DeliveryRow[]>] {
-  const sessionOf = `(SELECT session_id FROM runs WHERE id = ?)`;
+function replyChain(reply: ReplyRecord, options: { makeCurrent: boolean }): Statement<unknown>[] {
+  const { runId, sessionId, text, liveSince, now, deliverable } = reply;
   return [
-    exec(`UPDATE runs SET finished_at = ?, reply_text = ? WHERE id = ? AND finished_at IS NULL`, now, text, runId),
     exec(
-      `UPDATE sessions SET last_active_at = MAX(last_active_at, ?), message_count = message_count + 1, notice_pending = NULL
-        WHERE id = ${sessionOf} AND changes() = 1 AND ? AND end_reason IS NULL AND last_active_at >= ?
+      `UPDATE sessions SET last_active_at = MAX(last_active_at, ?), message_count = message_count + 1,
+          current_run_id = CASE WHEN ? THEN ? ELSE current_run_id END
+        WHERE id = ? AND changes() = 1 AND ? AND end_reason IS NULL AND last_active_at >= ?
           AND NOT EXISTS (SELECT 1 FROM runs WHERE id = ? AND revoked_reason IS NOT NULL)`,
       now,
+      options.makeCurrent ? 1 : 0,
       runId,
+      sessionId,
       text === null ? 0 : 1,
       sqlTime(liveSince),
       runId,
     ),
     exec(
       `INSERT INTO messages (session_id, seq, role, text, created_at, event_id, run_id)
-        SELECT id, message_count, 'assistant', ?, ?, NULL, ? FROM sessions WHERE id = ${sessionOf} AND changes() = 1`,
+        SELECT id, message_count, 'assistant', ?, ?, NULL, ? FROM sessions WHERE id = ? AND changes() = 1`,
       text,
       now,
       runId,
-      runId,
+      sessionId,
     ),
     exec(
       `INSERT INTO deliveries (id, session_id, run_id, event_id, platform, kind, status, text, notice, target, created_at, updated_at)
-        SELECT ?, session_id, id, event_id, json_extract(reply_to, '$.platform'), 'reply', 'pending', ?, ?, reply_to, ?, ?
-          FROM runs WHERE id = ? AND changes() = 1 AND ?`,
+        SELECT ?, r.session_id, r.id, r.event_id, json_extract(r.reply_to, '$.platform'), 'reply', 'pending', ?,
+               s.notice_pending, r.reply_to, ?, ?
+          FROM runs r JOIN sessions s ON s.id = r.session_id WHERE r.id = ? AND changes() = 1 AND ?`,
       replyDeliveryId(runId),
       text,
-      options.notice,
       now,
       now,
       runId,
-      options.deliverable ? 1 : 0,
+      deliverable ? 1 : 0,
     ),
-    selectRowsSql(deliveries, `SELECT * FROM deliveries WHERE id = ?`, replyDeliveryId(runId)),
+    // The notice is owed to the first reply only: cleared once a reply was added.
+    exec(
+      `UPDATE sessions SET notice_pending = NULL WHERE id = ? AND notice_pending IS NOT NULL
+        AND EXISTS (SELECT 1 FROM messages m WHERE m.session_id = sessions.id AND m.seq = sessions.message_count
+                      AND m.run_id = ? AND m.role = 'assistant')`,
+      sessionId,
+      runId,
+    ),
+  ];
+}
+
+/** Reads a reply's delivery row back: always the last statement of a reply batch. */
+const replyDelivery = (runId: string) =>
+  selectRowsSql(deliveries, `SELECT * FROM deliveries WHERE id = ?`, replyDeliveryId(runId));
+
+/** What recording a reply did: the run finished now (not before), the reply was added, its delivery row. */
+export type ReplyResults = [number, number, ...unknown[]];
+
+/** Records a dispatched run's reply (first reply wins). See `replyChain`. */
+export function recordReply(reply: ReplyRecord): Statement<unknown>[] {
+  return [
+    exec(
+      `UPDATE runs SET finished_at = ?, reply_text = ? WHERE id = ? AND finished_at IS NULL`,
+      reply.now,
+      reply.text,
+      reply.runId,
+    ),
+    ...replyChain(reply, { makeCurrent: false }),
+    replyDelivery(reply.runId),
+  ];
+}
+
+/**
+ * A turn whose answer is known at once (the echo agent): the run is created
+ * dispatched and finished, made current, and its reply recorded, in one batch.
+ */
+export function recordInstantTurn(run: NewRun, reply: ReplyRecord): Statement<unknown>[] {
+  return [
+    exec(
+      `INSERT INTO runs (id, session_id, session_key, event_id, token_hash, reply_to, created_at, dispatched_at,
+          finished_at, reply_text)
+        VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING`,
+      run.id,
+      run.sessionId,
+      run.sessionKey,
+      run.eventId,
+      run.tokenHash,
+      run.replyTo,
+      run.createdAt,
+      reply.now,
+      reply.now,
+      reply.text,
+    ),
+    ...replyChain(reply, { makeCurrent: true }),
+    revokeRuns(run.sessionId),
+    replyDelivery(reply.runId),
   ];
 }

@@ -12,7 +12,7 @@
 import { DurableObject } from "cloudflare:workers";
 import { now as clockNow } from "../clock";
 import { configOf, effectiveEnv, type Config } from "../config";
-import { sha256Hex, randomToken } from "../crypto";
+import { randomToken } from "../crypto";
 import { Database, type Statement } from "../db/client";
 import {
   endedEvents,
@@ -26,12 +26,13 @@ import {
   dispatchRun,
   markRunFailed,
   moveRuns,
+  recordInstantTurn,
   recordReply,
   revokeRuns,
   selectRun,
   selectSessionOfRun,
 } from "../db/runs";
-import type { SessionRow } from "../db/schema";
+import type { DeliveryRow, SessionRow } from "../db/schema";
 import {
   appendUserMessage,
   clearSweepAt,
@@ -55,6 +56,7 @@ import { makeRunToken } from "../domain/run-token";
 import { decide, type Replaced } from "../domain/routing-decision";
 import { deadline, expiryReason, liveSince, resolvePolicy, type ResetPolicy } from "../domain/reset-policy";
 import { handToAgent } from "../agent/dispatch";
+import { echoAgent } from "../agent/echo";
 import { attemptEvent } from "../hooks/deliver";
 import { backoffDelay } from "../http/backoff";
 import { describe } from "../http/outbound";
@@ -66,6 +68,7 @@ import { notFound, notOwned, unavailable, type AcceptedBody, type EntryView, typ
 import {
   agentRequest,
   deliveryWork,
+  newRunOf,
   entryFromNew,
   entryFromRow,
   toUserMessage,
@@ -658,6 +661,12 @@ export class SessionRouter extends DurableObject<Env> {
       return;
     }
     let reply: string | null;
+    if (work.stage === "dispatch" && !this.config.agentUrl) {
+      // The built-in echo agent answers at once: the whole turn is one batch.
+      await this.mutex.run(() => this.instantTurn(work, echoAgent(agentRequest(work)).text, clockNow()));
+      this.store.delete(item.id);
+      return;
+    }
     if (work.stage === "dispatch") {
       const dispatched = await this.mutex.run(() => this.beginRun(work, now));
       if (!dispatched) {
@@ -679,9 +688,9 @@ export class SessionRouter extends DurableObject<Env> {
         return;
       }
       reply = outcome.text;
-      // An external agent's reply is kept before it is recorded, so a restart records
-      // it rather than asking the agent a second time. The echo agent can simply answer again.
-      if (this.config.agentUrl) this.store.put({ ...item, payload: { ...work, stage: "record", reply } });
+      // The reply is kept before it is recorded, so a restart records it rather than
+      // asking the agent a second time.
+      this.store.put({ ...item, payload: { ...work, stage: "record", reply } });
     } else {
       reply = work.reply ?? null;
     }
@@ -693,28 +702,32 @@ export class SessionRouter extends DurableObject<Env> {
   /** Makes the run its session's current run; false when its session ended before the hand-off. */
   private async beginRun(work: RunWork, now: number): Promise<boolean> {
     const [, , , , runs] = await this.db.batch(
-      ...(dispatchRun(
-        {
-          id: work.runId,
-          sessionId: work.sessionId,
-          sessionKey: work.message.sessionKey,
-          eventId: work.message.eventId,
-          tokenHash: await sha256Hex(work.token),
-          replyTo: JSON.stringify(work.message.replyTo),
-          createdAt: work.message.receivedAt,
-        },
-        now,
-      ) as [Statement<number>, Statement<number>, Statement<number>, Statement<number>]),
+      ...(dispatchRun(await newRunOf(work), now) as [
+        Statement<number>,
+        Statement<number>,
+        Statement<number>,
+        Statement<number>,
+      ]),
       selectRun(this.db, work.runId),
     );
     const run = runs[0];
     return !!run && run.revokedReason === null && run.finishedAt === null;
   }
 
+  /** A turn answered at once (the echo agent): run, reply and delivery in one batch. */
+  private async instantTurn(work: RunWork, text: string, now: number): Promise<RecordedReply> {
+    const { platform, chatType, replyTo, sessionKey } = work.message;
+    const policy = this.policy(platform, chatType);
+    const reply = { runId: work.runId, sessionId: work.sessionId, text, liveSince: liveSince(policy, now), now };
+    const results = await this.db.batch(
+      ...recordInstantTurn(await newRunOf(work), { ...reply, deliverable: this.deliverable(replyTo) }),
+    );
+    return this.afterReply({ id: work.sessionId, sessionKey, platform }, policy, results, text, now);
+  }
+
   /**
    * Records a run's reply (from the agent's answer or the run API) and stages its
-   * delivery. A revoked run's reply stays on the run, and nothing is delivered. A
-   * cron session ends as `cron_complete` once its run has finished.
+   * delivery. A revoked run's reply stays on the run, and nothing is delivered.
    */
   private async recordRunReply(runId: string, text: string | null, now: number): Promise<RecordedReply | null> {
     const [runs, sessions] = await this.db.batch(selectRun(this.db, runId), selectSessionOfRun(runId));
@@ -722,27 +735,55 @@ export class SessionRouter extends DurableObject<Env> {
     const session = sessions[0];
     if (!run || !session) return null;
     const policy = this.policy(session.platform, session.chatType);
-    const target = JSON.parse(run.replyTo) as ReplyTarget;
-    const deliverable = !!senderFor(target.platform)?.canDeliver(target, this.config, effectiveEnv(this.env));
     const body = text?.trim() ? text : null;
-    const [finished, added, , , deliveryRows] = await this.db.batch(
-      ...recordReply(runId, body, liveSince(policy, now), now, { notice: session.noticePending, deliverable }),
+    const results = await this.db.batch(
+      ...recordReply({
+        runId,
+        sessionId: session.id,
+        text: body,
+        liveSince: liveSince(policy, now),
+        now,
+        deliverable: this.deliverable(JSON.parse(run.replyTo) as ReplyTarget),
+      }),
     );
-    if (added === 1 && this.entry?.sessionId === session.id) this.markActive(policy, now);
-    if (added !== 1 && finished === 1 && body !== null) {
-      // Not added: revoked, or its session ended or expired meanwhile. An expired
-      // session ends now (policy on every path), which revokes the run.
-      const due = await this.settleRow(session, now);
-      if (this.entry?.sessionId === session.id) this.liveDeadline = due;
+    return this.afterReply(session, policy, results, body, now);
+  }
+
+  private deliverable(target: ReplyTarget): boolean {
+    return !!senderFor(target.platform)?.canDeliver(target, this.config, effectiveEnv(this.env));
+  }
+
+  /**
+   * What follows recording a reply: the session's activity moved; a reply that
+   * could not be added to a live-looking session means it expired meanwhile, so it
+   * ends now (policy on every path); a cron session ends once its run finished; the
+   * delivery, if one is owed, is staged.
+   */
+  private async afterReply(
+    session: Pick<SessionRow, "id" | "sessionKey" | "platform">,
+    policy: ResetPolicy,
+    results: unknown[],
+    text: string | null,
+    now: number,
+  ): Promise<RecordedReply> {
+    const finished = results[0] === 1;
+    const added = results[1] === 1;
+    if (added && this.entry?.sessionId === session.id) this.markActive(policy, now);
+    if (!added && finished && text !== null) {
+      const [rows] = await this.db.batch(selectSession(this.db, session.id));
+      if (rows[0]) {
+        const due = await this.settleRow(rows[0], now);
+        if (this.entry?.sessionId === session.id) this.liveDeadline = due;
+      }
     }
-    if (finished === 1 && isCronSession(session)) await this.endNow(session.id, "cron_complete", now);
-    const row = deliveryRows[0];
+    if (finished && isCronSession(session)) await this.endNow(session.id, "cron_complete", now);
+    const row = (results.at(-1) as DeliveryRow[])[0];
     let delivery: DeliveryWork | null = null;
     if (row && row.status === "pending") {
-      delivery = deliveryWork(row, run.sessionKey);
+      delivery = deliveryWork(row, session.sessionKey);
       if (!this.store.get(delivery.deliveryId)) this.stage(delivery.deliveryId, "delivery", delivery, now);
     }
-    return { finished: finished === 1, added: added === 1, delivery };
+    return { finished, added, delivery };
   }
 
   private async processDelivery(item: OutboxItem<DeliveryWork>, now: number): Promise<void> {

@@ -3,6 +3,8 @@
  * the shapes sent out, kept apart from the routing object's logic.
  */
 import type { AgentRunRequest } from "../agent/types";
+import { sha256Hex } from "../crypto";
+import type { NewRun } from "../db/runs";
 import type { DeliveryRow, SessionRow } from "../db/schema";
 import type { NewSession, UserMessage } from "../db/sessions";
 import type { RoutedMessage } from "../domain/inbound";
@@ -122,5 +124,18 @@ export function deliveryWork(row: DeliveryRow, sessionKey: string): DeliveryWork
     notice: row.notice,
     eventId: row.eventId,
     target: JSON.parse(row.target) as RoutedMessage["replyTo"],
+  };
+}
+
+/** The `runs` row of a staged run; the token is stored only as its SHA-256. */
+export async function newRunOf(work: RunWork): Promise<NewRun> {
+  return {
+    id: work.runId,
+    sessionId: work.sessionId,
+    sessionKey: work.message.sessionKey,
+    eventId: work.message.eventId,
+    tokenHash: await sha256Hex(work.token),
+    replyTo: JSON.stringify(work.message.replyTo),
+    createdAt: work.message.receivedAt,
   };
 }
