@@ -40,9 +40,13 @@ export function dispatchRun(run: NewRun, now: number): Statement<number>[] {
       run.id,
     ),
     exec(`UPDATE runs SET dispatched_at = ? WHERE id = ? AND changes() = 1`, now, run.id),
-    revokeRuns(run.sessionId),
+    revokeRun(run.id, run.sessionId),
   ];
 }
+
+/** Why a run of an ended session is revoked (the SQL twin of `revocationFor`). */
+const REVOCATION_OF_SESSION = `SELECT CASE end_reason WHEN 'new_command' THEN 'superseded' WHEN 'suspended' THEN 'stopped'
+    ELSE 'session_ended' END FROM sessions WHERE id = runs.session_id`;
 
 /**
  * Revokes every unfinished run of a session that has ended (a rotation moves its
@@ -50,12 +54,21 @@ export function dispatchRun(run: NewRun, now: number): Statement<number>[] {
  */
 export function revokeRuns(sessionId: string): Statement<number> {
   return exec(
-    `UPDATE runs SET revoked_reason = (
-        SELECT CASE end_reason WHEN 'new_command' THEN 'superseded' WHEN 'suspended' THEN 'stopped' ELSE 'session_ended' END
-          FROM sessions WHERE id = runs.session_id)
+    `UPDATE runs SET revoked_reason = (${REVOCATION_OF_SESSION})
       WHERE session_id = ? AND finished_at IS NULL AND revoked_reason IS NULL
         AND EXISTS (SELECT 1 FROM sessions WHERE id = ? AND end_reason IS NOT NULL AND end_reason <> 'compression')`,
     sessionId,
+    sessionId,
+  );
+}
+
+/** Revokes one unfinished run whose session has ended (it was dispatched too late). */
+function revokeRun(runId: string, sessionId: string): Statement<number> {
+  return exec(
+    `UPDATE runs SET revoked_reason = (${REVOCATION_OF_SESSION})
+      WHERE id = ? AND finished_at IS NULL AND revoked_reason IS NULL
+        AND EXISTS (SELECT 1 FROM sessions WHERE id = ? AND end_reason IS NOT NULL AND end_reason <> 'compression')`,
+    runId,
     sessionId,
   );
 }
@@ -208,7 +221,6 @@ export function recordInstantTurn(run: NewRun, reply: ReplyRecord): Statement<un
       reply.text,
     ),
     ...replyChain(reply, { makeCurrent: true }),
-    revokeRuns(run.sessionId),
     replyDelivery(reply.runId),
   ];
 }

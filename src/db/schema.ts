@@ -151,7 +151,13 @@ export const runs = sqliteTable(
     failedAt: integer(),
     lastError: text(),
   },
-  (table) => [index("runs_session").on(table.sessionId)],
+  // Only unfinished, unrevoked runs are ever looked up by session (to revoke or move
+  // them), so only they are indexed: a run answered at once costs no index write.
+  (table) => [
+    index("runs_open")
+      .on(table.sessionId)
+      .where(sql`${table.finishedAt} IS NULL AND ${table.revokedReason} IS NULL`),
+  ],
 );
 
 /**
