@@ -46,3 +46,19 @@ it("the whole cost of a steady message with its echo reply: two D1 batches and 6
     rows_written: metrics.d1_rows_written / count,
   });
 });
+
+it("costs the same on the 40th message of a conversation as on the 2nd (nothing grows with its length)", async () => {
+  const chat = unique("chat");
+  const key = genericKey(chat);
+  const cost = async (text: string) => {
+    resetMetrics();
+    await send({ chat_id: chat, text });
+    await runAlarm(key);
+    return { read: metrics.d1_rows_read, written: metrics.d1_rows_written, queries: metrics.d1_queries };
+  };
+  await cost("first");
+  const early = await cost("second");
+  for (let i = 3; i < 40; i++) await cost(`message ${i}`);
+  const late = await cost("fortieth");
+  expect(late).toEqual(early);
+});
