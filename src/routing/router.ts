@@ -119,6 +119,10 @@ export class SessionRouter extends DurableObject<Env> {
     this.store = new RouterStorage(ctx.storage.sql);
     this.db = new Database(env.DB, "background");
     this.entry = this.store.readEntry();
+    // Storage only, no network: safe inside blockConcurrencyWhile.
+    void ctx.blockConcurrencyWhile(async () => {
+      this.alarmAt = await ctx.storage.getAlarm();
+    });
   }
 
   private get config(): Config {
@@ -429,9 +433,24 @@ export class SessionRouter extends DurableObject<Env> {
     this.liveDeadline = deadline(policy, now);
   }
 
+  /**
+   * Writes one item to the outbox and makes sure the alarm comes by its due time.
+   * Both writes are issued together, so on the ingress path they share one commit
+   * before the D1 call leaves the object, and nothing is left to write after it.
+   */
   private stage(id: string, kind: OutboxItem["kind"], payload: unknown, dueAt: number): void {
     this.store.put({ id, kind, payload, dueAt, attempts: 0, lastError: null, createdAt: clockNow() });
+    this.armBy(dueAt);
     this.wakeDrain?.();
+  }
+
+  /** Brings the alarm forward to `at` if it is not already due by then; never pushes it back. */
+  private armBy(at: number): void {
+    // An alarm set for "now" from inside alarm() is dropped by the local runtime.
+    const target = Math.max(at, clockNow() + 1);
+    if (this.alarmAt !== null && this.alarmAt !== undefined && this.alarmAt <= target) return;
+    this.alarmAt = target;
+    this.ctx.storage.setAlarm(target).catch((error) => console.error("could not set the alarm", describe(error)));
   }
 
   /** Queues delivery of a session's pending lifecycle events (a no-op when it has none). */
@@ -442,7 +461,9 @@ export class SessionRouter extends DurableObject<Env> {
 
   /**
    * Sets the one alarm to the earliest due work: the live session's deadline (spec:
-   * no later than it) or the next outbox item. Writes only when that changes.
+   * no later than it) or the next outbox item. An alarm already set earlier is left
+   * alone (it fires, finds little to do, and re-arms), so a busy key does not
+   * rewrite its alarm on every message.
    */
   private async rearm(now: number): Promise<void> {
     if (this.alarmAt === undefined) this.alarmAt = await this.ctx.storage.getAlarm();
@@ -458,7 +479,7 @@ export class SessionRouter extends DurableObject<Env> {
     }
     // An alarm set for "now" from inside alarm() is dropped by the local runtime.
     const at = Math.max(Math.min(...due), now + 1);
-    if (this.alarmAt !== at) {
+    if (this.alarmAt === null || this.alarmAt === undefined || this.alarmAt > at) {
       await this.ctx.storage.setAlarm(at);
       this.alarmAt = at;
     }
