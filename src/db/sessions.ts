@@ -64,12 +64,13 @@ const notSeenParams = (key: string, eventId: string, now: number) => [
   eventId,
 ];
 
+export interface DedupeMark {
+  session_id: string | null;
+  run_id: string | null;
+}
+
 /** The dedupe mark of an event, if it was stored within the retention window. */
-export function selectDedupe(
-  key: string,
-  eventId: string,
-  now: number,
-): Statement<{ session_id: string | null; run_id: string | null }[]> {
+export function selectDedupe(key: string, eventId: string, now: number): Statement<DedupeMark[]> {
   const mark = `SELECT session_id, run_id FROM inbound_events WHERE day = ? AND session_key = ? AND event_id = ?`;
   return query(`${mark} UNION ALL ${mark} LIMIT 1`, dayOf(now), key, eventId, dayOf(now) - 1, key, eventId);
 }
@@ -177,9 +178,15 @@ export function insertSession(
   session: NewSession,
   first: UserMessage | null,
   follows: { sessionId: string; reason: string } | null = session.replaced,
+  options: { keyMustBeNew?: boolean } = {},
 ): Statement<number>[] {
   const conditions = ["1 = 1"];
   const guardParams: unknown[] = [];
+  if (options.keyMustBeNew) {
+    // The first session of a key: only if the key has no row at all (served by sessions_key_started).
+    conditions.push(`NOT EXISTS (SELECT 1 FROM sessions WHERE session_key = ?)`);
+    guardParams.push(session.sessionKey);
+  }
   if (follows) {
     conditions.push(`EXISTS (SELECT 1 FROM sessions WHERE id = ? AND end_reason = ?)`);
     guardParams.push(follows.sessionId, follows.reason);

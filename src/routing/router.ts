@@ -45,6 +45,7 @@ import {
   selectNewestForKey,
   selectSession,
   setSweepAt,
+  type DedupeMark,
   type NewSession,
 } from "../db/sessions";
 import { COMMAND_REPLIES, parseCommand, type Command } from "../domain/commands";
@@ -209,6 +210,7 @@ export class SessionRouter extends DurableObject<Env> {
     const since = liveSince(policy, now);
     const userMessage = toUserMessage(message, work.runId);
     const ingress = this.db.on("ingress");
+    let alreadyRead: [SessionRow[], DedupeMark[]] | null = null;
     if (this.entry) {
       const [bumped] = await ingress.batch(...appendUserMessage(this.entry.sessionId, userMessage, since));
       if (bumped === 1) {
@@ -217,12 +219,27 @@ export class SessionRouter extends DurableObject<Env> {
         this.markActive(policy, now);
         return { sessionId: this.entry.sessionId, duplicate: false, work };
       }
-    }
-    for (let attempt = 0; attempt < MAX_ROUTING_ATTEMPTS; attempt++) {
-      const [rows, seen] = await ingress.batch(
-        this.entry ? selectSession(ingress, this.entry.sessionId) : selectNewestForKey(ingress, message.sessionKey),
+    } else {
+      // No entry most often means a brand-new key: start its first session in the same
+      // batch that reads the key's newest row, so that a new key costs one round trip too.
+      const session = this.freshSession(message, null, null, policy, now);
+      const results = await ingress.batch(
+        ...insertSession(session, userMessage, null, { keyMustBeNew: true }),
+        ...startedEvents(session.id, now, this.eventStatus),
+        selectNewestForKey(ingress, message.sessionKey),
         selectDedupe(message.sessionKey, message.eventId, now),
       );
+      if (results[0] === 1) return this.started(session, message, null, work, policy, now);
+      alreadyRead = [results.at(-2) as SessionRow[], results.at(-1) as DedupeMark[]];
+    }
+    for (let attempt = 0; attempt < MAX_ROUTING_ATTEMPTS; attempt++) {
+      const [rows, seen] =
+        alreadyRead ??
+        (await ingress.batch(
+          this.entry ? selectSession(ingress, this.entry.sessionId) : selectNewestForKey(ingress, message.sessionKey),
+          selectDedupe(message.sessionKey, message.eventId, now),
+        ));
+      alreadyRead = null;
       if (seen[0]) return { sessionId: seen[0].session_id ?? "", duplicate: true, work };
       const row = rows[0] ?? null;
       const decision = decide(row, policy, now);
@@ -252,14 +269,25 @@ export class SessionRouter extends DurableObject<Env> {
       if (decision.expire && results[0] === 1) countEnded(decision.expire.reason);
       if (row) this.stageEvents(row.id, now);
       if (results[insertAt] !== 1) continue;
-      metrics.sessions_created += 1;
-      this.adopt(entryFromNew(session, message, decision.replaced));
-      this.stageEvents(session.id, now);
-      this.markActive(policy, now);
-      const started = this.claimFirstRun({ ...work, sessionId: session.id });
-      return { sessionId: session.id, duplicate: false, work: started };
+      return this.started(session, message, decision.replaced, work, policy, now);
     }
     throw new Error(`routing did not settle after ${MAX_ROUTING_ATTEMPTS} attempts`);
+  }
+
+  /** A session was just inserted with this message as its first: it becomes the entry's. */
+  private started(
+    session: NewSession,
+    message: RoutedMessage,
+    replaced: Replaced | null,
+    work: RunWork,
+    policy: ResetPolicy,
+    now: number,
+  ): { sessionId: string; duplicate: false; work: RunWork } {
+    metrics.sessions_created += 1;
+    this.adopt(entryFromNew(session, message, replaced));
+    this.stageEvents(session.id, now);
+    this.markActive(policy, now);
+    return { sessionId: session.id, duplicate: false, work: this.claimFirstRun({ ...work, sessionId: session.id }) };
   }
 
   private freshSession(

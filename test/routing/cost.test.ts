@@ -62,3 +62,11 @@ it("costs the same on the 40th message of a conversation as on the 2nd (nothing 
   const late = await cost("fortieth");
   expect(late).toEqual(early);
 });
+
+it("the first message of a new key costs one D1 round trip too", async () => {
+  resetMetrics();
+  const count = 5;
+  for (let i = 0; i < count; i++) await send({ chat_id: unique("new"), text: "hello" });
+  expect(metrics.sessions_created).toBe(count);
+  expect(metrics.d1_batches_ingress).toBe(count);
+});
