@@ -22,6 +22,9 @@ export interface Counters {
   d1_queries_ingress: number;
   d1_rows_read_ingress: number;
   d1_rows_written_ingress: number;
+  /** Rows of the routing objects' own SQLite storage (billed like D1 rows). */
+  do_rows_read: number;
+  do_rows_written: number;
 }
 
 function zero(): Counters {
@@ -39,6 +42,8 @@ function zero(): Counters {
     d1_queries_ingress: 0,
     d1_rows_read_ingress: 0,
     d1_rows_written_ingress: 0,
+    do_rows_read: 0,
+    do_rows_written: 0,
   };
 }
 
@@ -63,6 +68,12 @@ export function recordD1Batch(path: D1Path, metas: readonly { rows_read?: number
   }
 }
 
+/** Adds one routing-object storage statement's rows to the counters. */
+export function recordObjectStorage(read: number, written: number): void {
+  metrics.do_rows_read += read;
+  metrics.do_rows_written += written;
+}
+
 export function countEnded(reason: EndReason): void {
   metrics.sessions_ended[reason] = (metrics.sessions_ended[reason] ?? 0) + 1;
 }
@@ -81,11 +92,13 @@ export function snapshot(): Counters & { per_message: Record<string, number> } {
       d1_batches_ingress: ratio(metrics.d1_batches_ingress),
       d1_rows_read: ratio(metrics.d1_rows_read),
       d1_rows_written: ratio(metrics.d1_rows_written),
+      do_rows_read: ratio(metrics.do_rows_read),
+      do_rows_written: ratio(metrics.do_rows_written),
     },
   };
 }
 
-/** Test helper and `POST /admin/metrics/reset`: start counting from zero. */
+/** Tests: start counting from zero. */
 export function resetMetrics(): void {
   Object.assign(metrics, zero());
 }

@@ -6,6 +6,8 @@
  * (a D1 call, an RPC answer) leaves the object.
  */
 
+import { recordObjectStorage } from "../metrics";
+
 /** Which session is live for this key, as the object last knew it (a cache of D1). */
 export interface Entry {
   sessionKey: string;
@@ -43,31 +45,41 @@ interface OutboxRow extends Record<string, SqlStorageValue> {
 
 export class RouterStorage {
   constructor(private readonly sql: SqlStorage) {
-    sql.exec(`CREATE TABLE IF NOT EXISTS entry (id INTEGER PRIMARY KEY CHECK (id = 1), data TEXT NOT NULL)`);
-    sql.exec(`CREATE TABLE IF NOT EXISTS outbox (
+    this.sql.exec(`CREATE TABLE IF NOT EXISTS entry (id INTEGER PRIMARY KEY CHECK (id = 1), data TEXT NOT NULL)`);
+    this.sql.exec(`CREATE TABLE IF NOT EXISTS outbox (
       id TEXT PRIMARY KEY, kind TEXT NOT NULL, payload TEXT NOT NULL, due_at INTEGER NOT NULL,
       attempts INTEGER NOT NULL DEFAULT 0, last_error TEXT, created_at INTEGER NOT NULL)`);
-    sql.exec(`CREATE INDEX IF NOT EXISTS outbox_due ON outbox (due_at)`);
+    // The outbox holds a handful of rows at a time: scanning them is cheaper than an
+    // index written twice (insert and delete) for every message.
+    this.sql.exec(`DROP INDEX IF EXISTS outbox_due`);
+  }
+
+  /** Runs one statement, adding its rows read and written to the metrics (billed like D1's). */
+  private run<T extends Record<string, SqlStorageValue>>(query: string, ...params: SqlStorageValue[]): T[] {
+    const cursor = this.sql.exec<T>(query, ...params);
+    const rows = cursor.toArray();
+    recordObjectStorage(cursor.rowsRead, cursor.rowsWritten);
+    return rows;
   }
 
   readEntry(): Entry | null {
-    const row = this.sql.exec<{ data: string }>(`SELECT data FROM entry WHERE id = 1`).toArray()[0];
+    const row = this.run<{ data: string }>(`SELECT data FROM entry WHERE id = 1`)[0];
     return row ? (JSON.parse(row.data) as Entry) : null;
   }
 
   writeEntry(entry: Entry): void {
-    this.sql.exec(
+    this.run(
       `INSERT INTO entry (id, data) VALUES (1, ?) ON CONFLICT (id) DO UPDATE SET data = excluded.data`,
       JSON.stringify(entry),
     );
   }
 
   deleteEntry(): void {
-    this.sql.exec(`DELETE FROM entry`);
+    this.run(`DELETE FROM entry`);
   }
 
   put(item: OutboxItem): void {
-    this.sql.exec(
+    this.run(
       `INSERT INTO outbox (id, kind, payload, due_at, attempts, last_error, created_at) VALUES (?, ?, ?, ?, ?, ?, ?)
         ON CONFLICT (id) DO UPDATE SET kind = excluded.kind, payload = excluded.payload, due_at = excluded.due_at,
           attempts = excluded.attempts, last_error = excluded.last_error`,
@@ -82,32 +94,30 @@ export class RouterStorage {
   }
 
   get<P>(id: string): OutboxItem<P> | null {
-    const row = this.sql.exec<OutboxRow>(`SELECT * FROM outbox WHERE id = ?`, id).toArray()[0];
+    const row = this.run<OutboxRow>(`SELECT * FROM outbox WHERE id = ?`, id)[0];
     return row ? toItem<P>(row) : null;
   }
 
   delete(id: string): void {
-    this.sql.exec(`DELETE FROM outbox WHERE id = ?`, id);
+    this.run(`DELETE FROM outbox WHERE id = ?`, id);
   }
 
   /** Items due at or before `now`, oldest first. */
   due(now: number, limit = 50): OutboxItem[] {
-    return this.sql
-      .exec<OutboxRow>(`SELECT * FROM outbox WHERE due_at <= ? ORDER BY due_at, created_at LIMIT ?`, now, limit)
-      .toArray()
-      .map((row) => toItem(row));
+    return this.run<OutboxRow>(
+      `SELECT * FROM outbox WHERE due_at <= ? ORDER BY due_at, created_at LIMIT ?`,
+      now,
+      limit,
+    ).map((row) => toItem(row));
   }
 
   nextDueAt(): number | null {
-    const row = this.sql.exec<{ next: number | null }>(`SELECT MIN(due_at) AS next FROM outbox`).toArray()[0];
+    const row = this.run<{ next: number | null }>(`SELECT MIN(due_at) AS next FROM outbox`)[0];
     return row?.next ?? null;
   }
 
   all(): OutboxItem[] {
-    return this.sql
-      .exec<OutboxRow>(`SELECT * FROM outbox ORDER BY due_at, created_at`)
-      .toArray()
-      .map((row) => toItem(row));
+    return this.run<OutboxRow>(`SELECT * FROM outbox ORDER BY due_at, created_at`).map((row) => toItem(row));
   }
 }
 

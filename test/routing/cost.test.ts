@@ -44,6 +44,8 @@ it("the whole cost of a steady message with its echo reply: two D1 batches and 6
     queries: metrics.d1_queries / count,
     rows_read: metrics.d1_rows_read / count,
     rows_written: metrics.d1_rows_written / count,
+    object_rows_read: metrics.do_rows_read / count,
+    object_rows_written: metrics.do_rows_written / count,
   });
 });
 
