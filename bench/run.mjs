@@ -128,6 +128,8 @@ const COUNTERS = [
   "d1_queries_ingress",
   "d1_rows_read_ingress",
   "d1_rows_written_ingress",
+  "do_rows_read",
+  "do_rows_written",
 ];
 
 const counters = (metrics) => Object.fromEntries(COUNTERS.map((k) => [k, metrics[k]]));

@@ -14,6 +14,7 @@ export const FIGURES = [
   ["total D1 queries/msg", (s) => s.per_message.d1_queries, 2],
   ["total rows read/msg", (s) => s.per_message.d1_rows_read, 2],
   ["total rows written/msg", (s) => s.per_message.d1_rows_written, 2],
+  ["object rows written/msg", (s) => s.per_message.do_rows_written, 2],
   ["drain after last ack ms", (s) => s.drain.settled_after_ms, 0],
   ["peak workerd RSS MiB", (s) => (s.rss ? s.rss.sum_kb / 1024 : null), 0],
   ["not acknowledged (non-200)", (s) => s.load.requests - (s.load.statuses[200] ?? 0), 0],
@@ -104,5 +105,7 @@ export function perMessage(delta, messages) {
     d1_queries: per(delta.d1_queries),
     d1_rows_read: per(delta.d1_rows_read),
     d1_rows_written: per(delta.d1_rows_written),
+    do_rows_read: per(delta.do_rows_read),
+    do_rows_written: per(delta.do_rows_written),
   };
 }
