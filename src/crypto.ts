@@ -1,8 +1,18 @@
 /** Signatures and tokens with Web Crypto; every comparison of a secret is constant-time. */
 const encoder = new TextEncoder();
 
-async function hmacKey(secret: string, usage: "sign" | "verify"): Promise<CryptoKey> {
-  return crypto.subtle.importKey("raw", encoder.encode(secret), { name: "HMAC", hash: "SHA-256" }, false, [usage]);
+// Imported keys are kept per secret and use: importing one costs more than the HMAC itself.
+const hmacKeys = new Map<string, Promise<CryptoKey>>();
+
+function hmacKey(secret: string, usage: "sign" | "verify"): Promise<CryptoKey> {
+  const cacheKey = `${usage}:${secret}`;
+  let key = hmacKeys.get(cacheKey);
+  if (!key) {
+    if (hmacKeys.size >= 64) hmacKeys.clear(); // secrets are few; never let the cache grow
+    key = crypto.subtle.importKey("raw", encoder.encode(secret), { name: "HMAC", hash: "SHA-256" }, false, [usage]);
+    hmacKeys.set(cacheKey, key);
+  }
+  return key;
 }
 
 const toBytes = (data: string | ArrayBuffer | Uint8Array) =>

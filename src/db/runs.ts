@@ -155,18 +155,23 @@ function replyChain(reply: ReplyRecord, options: { makeCurrent: boolean }): Stat
       runId,
       sessionId,
     ),
-    exec(
-      `INSERT INTO deliveries (id, session_id, run_id, event_id, platform, kind, status, text, notice, target, created_at, updated_at)
-        SELECT ?, r.session_id, r.id, r.event_id, json_extract(r.reply_to, '$.platform'), 'reply', 'pending', ?,
-               s.notice_pending, r.reply_to, ?, ?
-          FROM runs r JOIN sessions s ON s.id = r.session_id WHERE r.id = ? AND changes() = 1 AND ?`,
-      replyDeliveryId(runId),
-      text,
-      now,
-      now,
-      runId,
-      deliverable ? 1 : 0,
-    ),
+    // Only when the reply has somewhere to go (otherwise it is recorded, not sent).
+    ...(deliverable
+      ? [
+          exec(
+            `INSERT INTO deliveries (id, session_id, run_id, event_id, platform, kind, status, text, notice, target,
+                created_at, updated_at)
+              SELECT ?, r.session_id, r.id, r.event_id, json_extract(r.reply_to, '$.platform'), 'reply', 'pending', ?,
+                     s.notice_pending, r.reply_to, ?, ?
+                FROM runs r JOIN sessions s ON s.id = r.session_id WHERE r.id = ? AND changes() = 1`,
+            replyDeliveryId(runId),
+            text,
+            now,
+            now,
+            runId,
+          ),
+        ]
+      : []),
     // The notice is owed to the first reply only: cleared once a reply was added.
     exec(
       `UPDATE sessions SET notice_pending = NULL WHERE id = ? AND notice_pending IS NOT NULL
@@ -178,9 +183,11 @@ function replyChain(reply: ReplyRecord, options: { makeCurrent: boolean }): Stat
   ];
 }
 
-/** Reads a reply's delivery row back: always the last statement of a reply batch. */
-const replyDelivery = (runId: string) =>
-  selectRowsSql(deliveries, `SELECT * FROM deliveries WHERE id = ?`, replyDeliveryId(runId));
+/** Reads a reply's delivery row back, the last statement of a batch whose reply is deliverable. */
+const replyDelivery = (reply: ReplyRecord) =>
+  reply.deliverable
+    ? [selectRowsSql(deliveries, `SELECT * FROM deliveries WHERE id = ?`, replyDeliveryId(reply.runId))]
+    : [];
 
 /** What recording a reply did: the run finished now (not before), the reply was added, its delivery row. */
 export type ReplyResults = [number, number, ...unknown[]];
@@ -195,7 +202,7 @@ export function recordReply(reply: ReplyRecord): Statement<unknown>[] {
       reply.runId,
     ),
     ...replyChain(reply, { makeCurrent: false }),
-    replyDelivery(reply.runId),
+    ...replyDelivery(reply),
   ];
 }
 
@@ -221,6 +228,6 @@ export function recordInstantTurn(run: NewRun, reply: ReplyRecord): Statement<un
       reply.text,
     ),
     ...replyChain(reply, { makeCurrent: true }),
-    replyDelivery(reply.runId),
+    ...replyDelivery(reply),
   ];
 }

@@ -768,10 +768,9 @@ export class SessionRouter extends DurableObject<Env> {
     const { platform, chatType, replyTo, sessionKey } = work.message;
     const policy = this.policy(platform, chatType);
     const reply = { runId: work.runId, sessionId: work.sessionId, text, liveSince: liveSince(policy, now), now };
-    const results = await this.db.batch(
-      ...recordInstantTurn(await newRunOf(work), { ...reply, deliverable: this.deliverable(replyTo) }),
-    );
-    return this.afterReply({ id: work.sessionId, sessionKey, platform }, policy, results, text, now);
+    const deliverable = this.deliverable(replyTo);
+    const results = await this.db.batch(...recordInstantTurn(await newRunOf(work), { ...reply, deliverable }));
+    return this.afterReply({ id: work.sessionId, sessionKey, platform }, policy, results, text, deliverable, now);
   }
 
   /**
@@ -785,17 +784,11 @@ export class SessionRouter extends DurableObject<Env> {
     if (!run || !session) return null;
     const policy = this.policy(session.platform, session.chatType);
     const body = text?.trim() ? text : null;
+    const deliverable = this.deliverable(JSON.parse(run.replyTo) as ReplyTarget);
     const results = await this.db.batch(
-      ...recordReply({
-        runId,
-        sessionId: session.id,
-        text: body,
-        liveSince: liveSince(policy, now),
-        now,
-        deliverable: this.deliverable(JSON.parse(run.replyTo) as ReplyTarget),
-      }),
+      ...recordReply({ runId, sessionId: session.id, text: body, liveSince: liveSince(policy, now), now, deliverable }),
     );
-    return this.afterReply(session, policy, results, body, now);
+    return this.afterReply(session, policy, results, body, deliverable, now);
   }
 
   private deliverable(target: ReplyTarget): boolean {
@@ -813,6 +806,7 @@ export class SessionRouter extends DurableObject<Env> {
     policy: ResetPolicy,
     results: unknown[],
     text: string | null,
+    deliverable: boolean,
     now: number,
   ): Promise<RecordedReply> {
     const finished = results[0] === 1;
@@ -826,7 +820,7 @@ export class SessionRouter extends DurableObject<Env> {
       }
     }
     if (finished && isCronSession(session)) await this.endNow(session.id, "cron_complete", now);
-    const row = (results.at(-1) as DeliveryRow[])[0];
+    const row = deliverable ? (results.at(-1) as DeliveryRow[])[0] : undefined;
     let delivery: DeliveryWork | null = null;
     if (row && row.status === "pending") {
       delivery = deliveryWork(row, session.sessionKey);
