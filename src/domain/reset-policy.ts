@@ -76,18 +76,45 @@ function boundaryOn(policy: ResetPolicy, date: ReturnType<typeof localDate>): nu
   return zonedInstant(date, policy.atHour, policy.atMinute, policy.timeZone);
 }
 
-/** The most recent daily boundary at or before `t`. */
-export function lastBoundary(policy: ResetPolicy, t: number): number {
+function computeLastBoundary(policy: ResetPolicy, t: number): number {
   const today = localDate(t, policy.timeZone);
   const boundary = boundaryOn(policy, today);
   return boundary <= t ? boundary : boundaryOn(policy, addDays(today, -1));
 }
 
-/** The first daily boundary strictly after `t`. */
-export function nextBoundary(policy: ResetPolicy, t: number): number {
+function computeNextBoundary(policy: ResetPolicy, t: number): number {
   const today = localDate(t, policy.timeZone);
   const boundary = boundaryOn(policy, today);
   return boundary > t ? boundary : boundaryOn(policy, addDays(today, 1));
+}
+
+/**
+ * The boundaries around `t`: [start, end) with start the most recent boundary at or
+ * before `t` and end the next one. Every message asks, and the answer changes once
+ * a day, so the last window per zone and wall time is kept (time zone arithmetic
+ * through Intl costs tens of microseconds).
+ */
+const windows = new Map<string, { start: number; end: number }>();
+
+function dailyWindow(policy: ResetPolicy, t: number): { start: number; end: number } {
+  const key = `${policy.timeZone} ${policy.atHour}:${policy.atMinute}`;
+  const cached = windows.get(key);
+  if (cached && cached.start <= t && t < cached.end) return cached;
+  const start = computeLastBoundary(policy, t);
+  const window = { start, end: computeNextBoundary(policy, start) };
+  if (windows.size >= 256) windows.clear();
+  windows.set(key, window);
+  return window;
+}
+
+/** The most recent daily boundary at or before `t`. */
+export function lastBoundary(policy: ResetPolicy, t: number): number {
+  return dailyWindow(policy, t).start;
+}
+
+/** The first daily boundary strictly after `t`. */
+export function nextBoundary(policy: ResetPolicy, t: number): number {
+  return dailyWindow(policy, t).end;
 }
 
 /**
