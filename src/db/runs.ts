@@ -120,6 +120,8 @@ export interface ReplyRecord {
   now: number;
   /** Whether the reply has anywhere to go (a delivery row is written only then). */
   deliverable: boolean;
+  /** Whether the session may still owe a reset notice (the statement that clears it runs only then). */
+  clearNotice: boolean;
 }
 
 /**
@@ -173,14 +175,18 @@ function replyChain(reply: ReplyRecord, options: { makeCurrent: boolean }): Stat
         ]
       : []),
     // The notice is owed to the first reply only: cleared once a reply was added.
-    exec(
-      `UPDATE sessions SET notice_pending = NULL WHERE id = ? AND notice_pending IS NOT NULL
+    ...(reply.clearNotice ? [clearNotice(sessionId, runId)] : []),
+  ];
+}
+
+function clearNotice(sessionId: string, runId: string): Statement<number> {
+  return exec(
+    `UPDATE sessions SET notice_pending = NULL WHERE id = ? AND notice_pending IS NOT NULL
         AND EXISTS (SELECT 1 FROM messages m WHERE m.session_id = sessions.id AND m.seq = sessions.message_count
                       AND m.run_id = ? AND m.role = 'assistant')`,
-      sessionId,
-      runId,
-    ),
-  ];
+    sessionId,
+    runId,
+  );
 }
 
 /** Reads a reply's delivery row back, the last statement of a batch whose reply is deliverable. */

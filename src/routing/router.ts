@@ -769,7 +769,11 @@ export class SessionRouter extends DurableObject<Env> {
     const policy = this.policy(platform, chatType);
     const reply = { runId: work.runId, sessionId: work.sessionId, text, liveSince: liveSince(policy, now), now };
     const deliverable = this.deliverable(replyTo);
-    const results = await this.db.batch(...recordInstantTurn(await newRunOf(work), { ...reply, deliverable }));
+    // The entry knows whether a reset notice can still be owed; if not, skip clearing it.
+    const clearNotice = this.entry?.sessionId !== work.sessionId || this.entry.noticeOwed !== false;
+    const results = await this.db.batch(
+      ...recordInstantTurn(await newRunOf(work), { ...reply, deliverable, clearNotice }),
+    );
     return this.afterReply({ id: work.sessionId, sessionKey, platform }, policy, results, text, deliverable, now);
   }
 
@@ -786,7 +790,15 @@ export class SessionRouter extends DurableObject<Env> {
     const body = text?.trim() ? text : null;
     const deliverable = this.deliverable(JSON.parse(run.replyTo) as ReplyTarget);
     const results = await this.db.batch(
-      ...recordReply({ runId, sessionId: session.id, text: body, liveSince: liveSince(policy, now), now, deliverable }),
+      ...recordReply({
+        runId,
+        sessionId: session.id,
+        text: body,
+        liveSince: liveSince(policy, now),
+        now,
+        deliverable,
+        clearNotice: true,
+      }),
     );
     return this.afterReply(session, policy, results, body, deliverable, now);
   }
@@ -811,7 +823,11 @@ export class SessionRouter extends DurableObject<Env> {
   ): Promise<RecordedReply> {
     const finished = results[0] === 1;
     const added = results[1] === 1;
-    if (added && this.entry?.sessionId === session.id) this.markActive(policy, now);
+    if (added && this.entry?.sessionId === session.id) {
+      this.markActive(policy, now);
+      // The first reply took the notice, if there was one.
+      if (this.entry.noticeOwed !== false) this.adopt({ ...this.entry, noticeOwed: false });
+    }
     if (!added && finished && text !== null) {
       const [rows] = await this.db.batch(selectSession(this.db, session.id));
       if (rows[0]) {
@@ -1132,6 +1148,7 @@ export class SessionRouter extends DurableObject<Env> {
           parentId: session.id,
           reset: null,
           firstRunPending: false,
+          noticeOwed: false,
         });
         this.liveDeadline = continuation.sweepAt;
         this.stageEvents(session.id, now);

@@ -19,6 +19,11 @@ export interface Entry {
   reset: { reason: string; had_activity: boolean; previous_session_id: string } | null;
   /** The session has had no run yet (its next run is `is_new`). */
   firstRunPending: boolean;
+  /**
+   * The session may still owe its first reply a reset notice (false once a reply
+   * was added). An entry written before this field existed counts as true.
+   */
+  noticeOwed?: boolean;
 }
 
 export type OutboxKind = "run" | "delivery" | "events";

@@ -72,6 +72,7 @@ export function entryFromRow(row: SessionRow, message: Pick<RoutedMessage, "sess
         ? { reason: row.resetReason, had_activity: !!row.resetHadActivity, previous_session_id: row.previousSessionId }
         : null,
     firstRunPending: row.currentRunId === null,
+    noticeOwed: row.noticePending !== null,
   };
 }
 
@@ -90,6 +91,7 @@ export function entryFromNew(
       ? { reason: replaced.reason, had_activity: replaced.hadActivity, previous_session_id: replaced.sessionId }
       : null,
     firstRunPending: true,
+    noticeOwed: session.noticePending !== null,
   };
 }
 
