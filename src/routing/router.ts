@@ -466,8 +466,10 @@ export class SessionRouter extends DurableObject<Env> {
    * Both writes are issued together, so on the ingress path they share one commit
    * before the D1 call leaves the object, and nothing is left to write after it.
    */
-  private stage(id: string, kind: OutboxItem["kind"], payload: unknown, dueAt: number): void {
-    this.store.put({ id, kind, payload, dueAt, attempts: 0, lastError: null, createdAt: clockNow() });
+  private stage(id: string, kind: OutboxItem["kind"], payload: unknown, dueAt: number, replace = false): void {
+    const item = { id, kind, payload, dueAt, attempts: 0, lastError: null, createdAt: clockNow() };
+    if (replace) this.store.put(item);
+    else this.store.add(item);
     this.armBy(dueAt);
     this.wakeDrain?.();
   }
@@ -484,7 +486,8 @@ export class SessionRouter extends DurableObject<Env> {
   /** Queues delivery of a session's pending lifecycle events (a no-op when it has none). */
   private stageEvents(sessionId: string, now: number): void {
     if (this.eventStatus === "skipped") return;
-    this.stage(`events_${sessionId}`, "events", { sessionId } satisfies EventsWork, now);
+    // One item per session: staging it again brings it forward.
+    this.stage(`events_${sessionId}`, "events", { sessionId } satisfies EventsWork, now, true);
   }
 
   /**

@@ -51,13 +51,26 @@ interface OutboxRow extends Record<string, SqlStorageValue> {
 export class RouterStorage {
   constructor(private readonly sql: SqlStorage) {
     this.sql.exec(`CREATE TABLE IF NOT EXISTS entry (id INTEGER PRIMARY KEY CHECK (id = 1), data TEXT NOT NULL)`);
+    // WITHOUT ROWID: an insert writes one row, not a row and a primary-key entry.
+    // `seq` keeps the order items were staged in (two messages staged in the same
+    // millisecond are handed over in order of arrival).
     this.sql.exec(`CREATE TABLE IF NOT EXISTS outbox (
       id TEXT PRIMARY KEY, kind TEXT NOT NULL, payload TEXT NOT NULL, due_at INTEGER NOT NULL,
-      attempts INTEGER NOT NULL DEFAULT 0, last_error TEXT, created_at INTEGER NOT NULL)`);
+      attempts INTEGER NOT NULL DEFAULT 0, last_error TEXT, created_at INTEGER NOT NULL,
+      seq INTEGER NOT NULL DEFAULT 0) WITHOUT ROWID`);
+    try {
+      this.sql.exec(`SELECT seq FROM outbox LIMIT 0`);
+    } catch {
+      // An outbox created before `seq` existed.
+      this.sql.exec(`ALTER TABLE outbox ADD COLUMN seq INTEGER NOT NULL DEFAULT 0`);
+    }
     // The outbox holds a handful of rows at a time: scanning them is cheaper than an
     // index written twice (insert and delete) for every message.
     this.sql.exec(`DROP INDEX IF EXISTS outbox_due`);
+    this.lastSeq = this.sql.exec<{ last: number }>(`SELECT COALESCE(MAX(seq), 0) AS last FROM outbox`).one().last;
   }
+
+  private lastSeq: number;
 
   /** Runs one statement, adding its rows read and written to the metrics (billed like D1's). */
   private run<T extends Record<string, SqlStorageValue>>(query: string, ...params: SqlStorageValue[]): T[] {
@@ -83,9 +96,27 @@ export class RouterStorage {
     this.run(`DELETE FROM entry`);
   }
 
+  /** Adds a new item (a plain insert: an upsert costs SQLite a second row written). */
+  add(item: OutboxItem): void {
+    this.run(
+      `INSERT INTO outbox (id, kind, payload, due_at, attempts, last_error, created_at, seq)
+        VALUES (?, ?, ?, ?, ?, ?, ?, ?)`,
+      item.id,
+      item.kind,
+      JSON.stringify(item.payload),
+      item.dueAt,
+      item.attempts,
+      item.lastError,
+      item.createdAt,
+      ++this.lastSeq,
+    );
+  }
+
+  /** Writes an item, replacing the one with its id. */
   put(item: OutboxItem): void {
     this.run(
-      `INSERT INTO outbox (id, kind, payload, due_at, attempts, last_error, created_at) VALUES (?, ?, ?, ?, ?, ?, ?)
+      `INSERT INTO outbox (id, kind, payload, due_at, attempts, last_error, created_at, seq)
+        VALUES (?, ?, ?, ?, ?, ?, ?, ?)
         ON CONFLICT (id) DO UPDATE SET kind = excluded.kind, payload = excluded.payload, due_at = excluded.due_at,
           attempts = excluded.attempts, last_error = excluded.last_error`,
       item.id,
@@ -95,6 +126,7 @@ export class RouterStorage {
       item.attempts,
       item.lastError,
       item.createdAt,
+      ++this.lastSeq,
     );
   }
 
@@ -109,11 +141,9 @@ export class RouterStorage {
 
   /** Items due at or before `now`, oldest first. */
   due(now: number, limit = 50): OutboxItem[] {
-    return this.run<OutboxRow>(
-      `SELECT * FROM outbox WHERE due_at <= ? ORDER BY due_at, created_at LIMIT ?`,
-      now,
-      limit,
-    ).map((row) => toItem(row));
+    return this.run<OutboxRow>(`SELECT * FROM outbox WHERE due_at <= ? ORDER BY due_at, seq LIMIT ?`, now, limit).map(
+      (row) => toItem(row),
+    );
   }
 
   nextDueAt(): number | null {
@@ -122,7 +152,7 @@ export class RouterStorage {
   }
 
   all(): OutboxItem[] {
-    return this.run<OutboxRow>(`SELECT * FROM outbox ORDER BY due_at, created_at`).map((row) => toItem(row));
+    return this.run<OutboxRow>(`SELECT * FROM outbox ORDER BY due_at, seq`).map((row) => toItem(row));
   }
 }
 

@@ -40,6 +40,8 @@ it("the whole cost of a steady message with its echo reply: two D1 batches and 6
   // Ingress (session, message, dedupe mark) + the turn (a finished run, session, reply).
   expect(metrics.d1_rows_written).toBe(6 * count);
   expect(metrics.d1_queries).toBe(6 * count);
+  // The routing object's own storage: the staged hand-off, written and deleted.
+  expect(metrics.do_rows_written).toBe(2 * count);
   console.log("whole cost per steady message", {
     queries: metrics.d1_queries / count,
     rows_read: metrics.d1_rows_read / count,
