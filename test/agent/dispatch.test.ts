@@ -322,3 +322,23 @@ it("a slow agent does not hold back the next message's hand-off, which supersede
       .sort(),
   ).toEqual(["re: quick", "re: slow"]);
 });
+
+it("a reply that arrives after its session's deadline ends the session by its policy and is not added (policy on every path)", async () => {
+  services = fakeServices(() => accepted());
+  const chat = unique("chat");
+  const key = genericKey(chat);
+  const sent = await send({ chat_id: chat, text: "slow one" });
+  await runAlarm(key);
+  const { run_id, run_token } = services.agentCalls()[0]!.json;
+  // 61 minutes later (idle 60), before any alarm ran, the agent answers.
+  setNow(T0 + 61 * 60_000);
+  const replied = await agentApi(`/v1/runs/${run_id}/reply`, run_token, { text: "too late" });
+  expect(replied).toEqual({ status: 409, body: { owns: false, reason: "session_ended" } });
+  const row = await env.DB.prepare(`SELECT end_reason FROM sessions WHERE id = ?`)
+    .bind(sent.body.session_id)
+    .first<any>();
+  expect(row.end_reason).toBe("idle");
+  expect((await messagesOf(sent.body.session_id)).map((m) => m.text)).toEqual(["slow one"]);
+  await runAlarm(key);
+  expect(services.replies()).toEqual([]);
+});
