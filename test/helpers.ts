@@ -1,7 +1,7 @@
 /** Shared test helpers: signed webhooks through the worker's own fetch, the clock, D1 reads. */
 import { runDurableObjectAlarm, runInDurableObject } from "cloudflare:test";
 import { env, exports } from "cloudflare:workers";
-import { vi } from "vitest";
+import { expect, vi } from "vitest";
 import { overrideConfigForTests } from "../src/config";
 import { hmacSha256Hex } from "../src/crypto";
 import type { SessionRouter } from "../src/routing/router";
@@ -183,4 +183,23 @@ export function captureFetch(respond: (request: Captured) => Response | Promise<
     return respond(captured);
   });
   return { calls, restore: () => spy.mockRestore() };
+}
+
+/** Row counts of the tables a webhook writes: bad input must leave them unchanged. */
+export async function tableCounts() {
+  const count = async (table: string) =>
+    (await env.DB.prepare(`SELECT COUNT(*) AS n FROM ${table}`).first<{ n: number }>())!.n;
+  return {
+    sessions: await count("sessions"),
+    messages: await count("messages"),
+    marks: await count("inbound_events"),
+    deliveries: await count("deliveries"),
+  };
+}
+
+/** A session's `deliveries`, as the operator API shows them. */
+export async function deliveriesOf(sessionId: string): Promise<any[]> {
+  const response = await adminFetch(`/admin/sessions/${sessionId}`);
+  expect(response.status).toBe(200);
+  return ((await response.json()) as any).deliveries;
 }

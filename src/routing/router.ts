@@ -32,7 +32,7 @@ import {
   selectRun,
   selectSessionOfRun,
 } from "../db/runs";
-import type { DeliveryRow, SessionRow } from "../db/schema";
+import type { DeliveryRow, RunRow, SessionRow } from "../db/schema";
 import {
   appendUserMessage,
   clearSweepAt,
@@ -766,6 +766,14 @@ export class SessionRouter extends DurableObject<Env> {
     return !!run && run.revokedReason === null && run.finishedAt === null;
   }
 
+  /** A run and the session it belongs to now (a rotation moves runs to the continuation). */
+  private async runWithSession(runId: string): Promise<{ run: RunRow; session: SessionRow } | null> {
+    const [runs, sessions] = await this.db.batch(selectRun(this.db, runId), selectSessionOfRun(runId));
+    const run = runs[0];
+    const session = sessions[0];
+    return run && session ? { run, session } : null;
+  }
+
   /** A turn answered at once (the echo agent): run, reply and delivery in one batch. */
   private async instantTurn(work: RunWork, text: string, now: number): Promise<RecordedReply> {
     const { platform, chatType, replyTo, sessionKey } = work.message;
@@ -785,10 +793,9 @@ export class SessionRouter extends DurableObject<Env> {
    * delivery. A revoked run's reply stays on the run, and nothing is delivered.
    */
   private async recordRunReply(runId: string, text: string | null, now: number): Promise<RecordedReply | null> {
-    const [runs, sessions] = await this.db.batch(selectRun(this.db, runId), selectSessionOfRun(runId));
-    const run = runs[0];
-    const session = sessions[0];
-    if (!run || !session) return null;
+    const found = await this.runWithSession(runId);
+    if (!found) return null;
+    const { run, session } = found;
     const policy = this.policy(session.platform, session.chatType);
     const body = text?.trim() ? text : null;
     const deliverable = this.deliverable(JSON.parse(run.replyTo) as ReplyTarget);
@@ -990,10 +997,9 @@ export class SessionRouter extends DurableObject<Env> {
     return this.mutex.run(async () => {
       const now = clockNow();
       try {
-        const [runs, sessions] = await this.db.batch(selectRun(this.db, runId), selectSessionOfRun(runId));
-        const run = runs[0];
-        const session = sessions[0];
-        if (!run || !session) return notFound(`no run ${runId}`);
+        const found = await this.runWithSession(runId);
+        if (!found) return notFound(`no run ${runId}`);
+        const { run, session } = found;
         // A superseded run still delivers its reply; a revoked or finished one does not.
         if (run.revokedReason) return notOwned(run.revokedReason as NotOwnedReason);
         if (session.endReason !== null) return notOwned(revocationFor(session.endReason));
@@ -1022,10 +1028,9 @@ export class SessionRouter extends DurableObject<Env> {
     return this.mutex.run(async () => {
       const now = clockNow();
       try {
-        const [runs, sessions] = await this.db.batch(selectRun(this.db, runId), selectSessionOfRun(runId));
-        const run = runs[0];
-        const session = sessions[0];
-        if (!run || !session) return notFound(`no run ${runId}`);
+        const found = await this.runWithSession(runId);
+        if (!found) return notFound(`no run ${runId}`);
+        const { run, session } = found;
         const state = ownership({ run, session });
         if (!state.owns) return notOwned(state.reason);
         const target = JSON.parse(run.replyTo) as ReplyTarget;

@@ -20,6 +20,7 @@ import {
   T0,
   unique,
   useConfig,
+  tableCounts,
 } from "../helpers";
 
 beforeEach(() => setNow(T0));
@@ -27,12 +28,6 @@ afterEach(() => {
   restoreClock();
   useConfig(null);
 });
-
-async function tableCounts() {
-  const count = async (table: string) =>
-    (await env.DB.prepare(`SELECT COUNT(*) AS n FROM ${table}`).first<{ n: number }>())!.n;
-  return { sessions: await count("sessions"), messages: await count("messages"), marks: await count("inbound_events") };
-}
 
 function payload(chatId: string, extra: Record<string, unknown> = {}) {
   return JSON.stringify({

@@ -23,7 +23,6 @@ import {
   HOUR,
   MINUTE,
   T0,
-  adminFetch,
   captureFetch,
   messagesOf,
   restoreClock,
@@ -33,6 +32,8 @@ import {
   setNow,
   useConfig,
   type Captured,
+  tableCounts,
+  deliveriesOf,
 } from "../helpers";
 
 const APP_ID = commandGuild.application_id;
@@ -167,23 +168,6 @@ async function post(body: Json | string, options: SignOptions = {}) {
   const raw = typeof body === "string" ? body : JSON.stringify(body);
   const response = await exports.default.fetch(await discordRequest(raw, options));
   return { status: response.status, body: (await response.json()) as any };
-}
-
-async function tableCounts() {
-  const count = async (table: string) =>
-    (await env.DB.prepare(`SELECT COUNT(*) AS n FROM ${table}`).first<{ n: number }>())!.n;
-  return {
-    sessions: await count("sessions"),
-    messages: await count("messages"),
-    marks: await count("inbound_events"),
-    deliveries: await count("deliveries"),
-  };
-}
-
-async function deliveriesOf(sessionId: string): Promise<any[]> {
-  const response = await adminFetch(`/admin/sessions/${sessionId}`);
-  expect(response.status).toBe(200);
-  return ((await response.json()) as any).deliveries;
 }
 
 const DEFERRED = { type: 5 };

@@ -26,7 +26,6 @@ import {
   BASE,
   HOUR,
   T0,
-  adminFetch,
   captureFetch,
   messagesOf,
   restoreClock,
@@ -38,6 +37,8 @@ import {
   unique,
   useConfig,
   type Captured,
+  tableCounts,
+  deliveriesOf,
 } from "../helpers";
 
 const SIGNING_SECRET = "8f742231b10e8888abcd99yyyzzz85a5";
@@ -137,23 +138,6 @@ function slashFields(ids: { channel: string; user: string; command?: string; cha
     command: ids.command ?? "/new",
     trigger_id: ids.trigger ?? unique("trigger"),
   };
-}
-
-async function tableCounts() {
-  const count = async (table: string) =>
-    (await env.DB.prepare(`SELECT COUNT(*) AS n FROM ${table}`).first<{ n: number }>())!.n;
-  return {
-    sessions: await count("sessions"),
-    messages: await count("messages"),
-    marks: await count("inbound_events"),
-    deliveries: await count("deliveries"),
-  };
-}
-
-async function deliveriesOf(sessionId: string): Promise<any[]> {
-  const response = await adminFetch(`/admin/sessions/${sessionId}`);
-  expect(response.status).toBe(200);
-  return ((await response.json()) as any).deliveries;
 }
 
 const dmKey = (channel: string) => `slack:dm:${channel}`;

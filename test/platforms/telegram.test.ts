@@ -28,7 +28,6 @@ import {
   BASE,
   HOUR,
   T0,
-  adminFetch,
   captureFetch,
   messagesOf,
   restoreClock,
@@ -39,6 +38,8 @@ import {
   setNow,
   useConfig,
   type Captured,
+  tableCounts,
+  deliveriesOf,
 } from "../helpers";
 
 const TOKEN = "7000000001:AAtest-bot-token";
@@ -121,17 +122,6 @@ async function post(body: unknown, secret: string | null = SECRET): Promise<Resp
   );
 }
 
-async function tableCounts() {
-  const count = async (table: string) =>
-    (await env.DB.prepare(`SELECT COUNT(*) AS n FROM ${table}`).first<{ n: number }>())!.n;
-  return {
-    sessions: await count("sessions"),
-    messages: await count("messages"),
-    marks: await count("inbound_events"),
-    deliveries: await count("deliveries"),
-  };
-}
-
 const dmKey = (u: any) => `telegram:dm:${u.message.chat.id}`;
 
 /** The one session of a key. */
@@ -139,12 +129,6 @@ async function onlySession(key: string) {
   const rows = await sessionsOfKey(key);
   expect(rows).toHaveLength(1);
   return rows[0]!;
-}
-
-async function deliveries(sessionId: string): Promise<any[]> {
-  const response = await adminFetch(`/admin/sessions/${sessionId}`);
-  expect(response.status).toBe(200);
-  return ((await response.json()) as any).deliveries;
 }
 
 describe("configuration", () => {
@@ -259,7 +243,7 @@ describe("routing text messages", () => {
     expect(call.url).toBe(`https://telegram.test/bot${TOKEN}/sendMessage`);
     expect(call.headers["content-type"]).toBe("application/json");
     expect(call.json).toEqual({ chat_id: u.message!.chat.id, text: "echo: What is the capital of Peru?" });
-    expect(await deliveries(session.id)).toMatchObject([
+    expect(await deliveriesOf(session.id)).toMatchObject([
       { platform: "telegram", kind: "reply", status: "sent", attempts: 1, last_status: 200, last_error: null },
     ]);
   });
@@ -467,7 +451,7 @@ describe("commands", () => {
       { chat_id: u.message!.chat.id, text: "echo: What is the capital of Peru?" },
       { chat_id: u.message!.chat.id, text: "Started a new session." },
     ]);
-    expect(await deliveries(rows[1]!.id)).toMatchObject([{ kind: "command", status: "sent", attempts: 1 }]);
+    expect(await deliveriesOf(rows[1]!.id)).toMatchObject([{ kind: "command", status: "sent", attempts: 1 }]);
   });
 
   it("/reset does what /new does", async () => {
@@ -549,7 +533,7 @@ describe("replies", () => {
     const posted = await agentApi(`/v1/runs/${run.run_id}/progress`, run.run_token, { text: "Reading the topic…" });
     expect(posted).toEqual({ status: 200, body: { owns: true, sent: true } });
     expect(bodies()).toEqual([{ chat_id: u.message!.chat.id, text: "Reading the topic…", message_thread_id: 5512 }]);
-    expect(await deliveries(run.session.id)).toMatchObject([{ kind: "progress", status: "sent", last_status: 200 }]);
+    expect(await deliveriesOf(run.session.id)).toMatchObject([{ kind: "progress", status: "sent", last_status: 200 }]);
 
     const reply = await agentApi(`/v1/runs/${run.run_id}/reply`, run.run_token, { text: "Here is the summary." });
     expect(reply.status).toBe(200);
@@ -573,7 +557,7 @@ describe("replies", () => {
       { chat_id: u.message!.chat.id, text: "b".repeat(3000) },
     ]);
     const session = await onlySession(dmKey(u));
-    expect(await deliveries(session.id)).toMatchObject([{ kind: "reply", status: "sent", attempts: 1 }]);
+    expect(await deliveriesOf(session.id)).toMatchObject([{ kind: "reply", status: "sent", attempts: 1 }]);
   });
 });
 
@@ -590,7 +574,7 @@ describe("send failures (visible in the operator API)", () => {
   it("retries a 429 after parameters.retry_after seconds, then records it sent", async () => {
     apiAnswers.push(() => Response.json(retry429, { status: 429 }));
     const { key, session } = await firstReply();
-    expect(await deliveries(session.id)).toMatchObject([
+    expect(await deliveriesOf(session.id)).toMatchObject([
       { kind: "reply", status: "pending", attempts: 1, last_status: 429, last_error: expect.stringContaining("429") },
     ]);
     const [item] = (await router(key).outbox()).filter((i) => i.kind === "delivery");
@@ -600,7 +584,7 @@ describe("send failures (visible in the operator API)", () => {
     await runAlarm(key);
     expect(sent()).toHaveLength(2);
     expect(sent()[1]!.json).toEqual(sent()[0]!.json); // the same message, not a new one
-    expect(await deliveries(session.id)).toMatchObject([
+    expect(await deliveriesOf(session.id)).toMatchObject([
       { kind: "reply", status: "sent", attempts: 2, last_status: 200, last_error: null },
     ]);
     expect((await router(key).outbox()).filter((i) => i.kind === "delivery")).toEqual([]);
@@ -612,13 +596,13 @@ describe("send failures (visible in the operator API)", () => {
       () => new Response("upstream timeout", { status: 504 }),
     );
     const { key, session } = await firstReply();
-    expect(await deliveries(session.id)).toMatchObject([{ status: "pending", attempts: 1, last_status: 502 }]);
+    expect(await deliveriesOf(session.id)).toMatchObject([{ status: "pending", attempts: 1, last_status: 502 }]);
     setNow(T0 + 1_000);
     await runAlarm(key);
-    expect(await deliveries(session.id)).toMatchObject([{ status: "pending", attempts: 2, last_status: 504 }]);
+    expect(await deliveriesOf(session.id)).toMatchObject([{ status: "pending", attempts: 2, last_status: 504 }]);
     setNow(T0 + 3_000);
     await runAlarm(key);
-    expect(await deliveries(session.id)).toMatchObject([{ status: "sent", attempts: 3, last_status: 200 }]);
+    expect(await deliveriesOf(session.id)).toMatchObject([{ status: "sent", attempts: 3, last_status: 200 }]);
     expect(sent()).toHaveLength(3);
   });
 
@@ -631,10 +615,10 @@ describe("send failures (visible in the operator API)", () => {
       return Response.json(sendOk);
     });
     const { key, session } = await firstReply();
-    expect(await deliveries(session.id)).toMatchObject([{ status: "pending", attempts: 1, last_status: null }]);
+    expect(await deliveriesOf(session.id)).toMatchObject([{ status: "pending", attempts: 1, last_status: null }]);
     setNow(T0 + 1_000);
     await runAlarm(key);
-    expect(await deliveries(session.id)).toMatchObject([{ status: "sent", attempts: 2 }]);
+    expect(await deliveriesOf(session.id)).toMatchObject([{ status: "sent", attempts: 2 }]);
   });
 
   const permanent: [string, number, object][] = [
@@ -646,7 +630,7 @@ describe("send failures (visible in the operator API)", () => {
     it(`records ${what} as failed without retrying`, async () => {
       apiAnswers.push(() => Response.json(body, { status }));
       const { key, session } = await firstReply();
-      expect(await deliveries(session.id)).toMatchObject([
+      expect(await deliveriesOf(session.id)).toMatchObject([
         { kind: "reply", status: "failed", attempts: 1, last_status: status, last_error: expect.any(String) },
       ]);
       expect((await router(key).outbox()).filter((i) => i.kind === "delivery")).toEqual([]);
@@ -665,7 +649,7 @@ describe("send failures (visible in the operator API)", () => {
     );
     const { key, session } = await firstReply();
     expect(sent()).toHaveLength(2);
-    expect(await deliveries(session.id)).toMatchObject([
+    expect(await deliveriesOf(session.id)).toMatchObject([
       { status: "failed", attempts: 1, last_status: 429, last_error: expect.stringContaining("part 2 of 2") },
     ]);
     setNow(T0 + HOUR);

@@ -30,7 +30,6 @@ import {
   BASE,
   HOUR,
   T0,
-  adminFetch,
   captureFetch,
   messagesOf,
   restoreClock,
@@ -41,6 +40,8 @@ import {
   setNow,
   useConfig,
   type Captured,
+  tableCounts,
+  deliveriesOf,
 } from "../helpers";
 
 const VERIFY_TOKEN = "wa-verify-token";
@@ -132,29 +133,12 @@ async function verifyGet(params: Record<string, string>): Promise<Response> {
   return exports.default.fetch(new Request(`${BASE}/webhooks/whatsapp?${query}`));
 }
 
-async function tableCounts() {
-  const count = async (table: string) =>
-    (await env.DB.prepare(`SELECT COUNT(*) AS n FROM ${table}`).first<{ n: number }>())!.n;
-  return {
-    sessions: await count("sessions"),
-    messages: await count("messages"),
-    marks: await count("inbound_events"),
-    deliveries: await count("deliveries"),
-  };
-}
-
 const keyOf = (from: string) => `whatsapp:dm:${from}`;
 
 async function onlySession(key: string) {
   const rows = await sessionsOfKey(key);
   expect(rows).toHaveLength(1);
   return rows[0]!;
-}
-
-async function deliveries(sessionId: string): Promise<any[]> {
-  const response = await adminFetch(`/admin/sessions/${sessionId}`);
-  expect(response.status).toBe(200);
-  return ((await response.json()) as any).deliveries;
 }
 
 /** Another text message from the same sender, with a fresh id. */
@@ -344,7 +328,7 @@ describe("routing text messages", () => {
     expect(call.headers.authorization).toBe(`Bearer ${ACCESS_TOKEN}`);
     expect(call.headers["content-type"]).toBe("application/json");
     expect(call.json).toEqual(textTo(from, "echo: Does it come in another color?"));
-    expect(await deliveries(session.id)).toMatchObject([
+    expect(await deliveriesOf(session.id)).toMatchObject([
       { platform: "whatsapp", kind: "reply", status: "sent", attempts: 1, last_status: 200, last_error: null },
     ]);
   });
@@ -483,7 +467,7 @@ describe("commands", () => {
       textTo(from, "echo: Does it come in another color?"),
       textTo(from, "Started a new session."),
     ]);
-    expect(await deliveries(rows[1]!.id)).toMatchObject([{ kind: "command", status: "sent", attempts: 1 }]);
+    expect(await deliveriesOf(rows[1]!.id)).toMatchObject([{ kind: "command", status: "sent", attempts: 1 }]);
   });
 
   it("/reset does what /new does", async () => {
@@ -548,7 +532,7 @@ describe("replies", () => {
     expect(sent().map((c) => [c.url, c.headers.authorization, c.json])).toEqual([
       [SEND_URL, `Bearer ${ACCESS_TOKEN}`, textTo(from, "Looking up flights…")],
     ]);
-    expect(await deliveries(run.session.id)).toMatchObject([{ kind: "progress", status: "sent", last_status: 200 }]);
+    expect(await deliveriesOf(run.session.id)).toMatchObject([{ kind: "progress", status: "sent", last_status: 200 }]);
   });
 
   it("splits a reply over 4,096 characters into messages sent in order", async () => {
@@ -583,7 +567,7 @@ describe("send failures (visible in the operator API)", () => {
       const status = failure.status;
       apiAnswers.push(answer);
       const { key, session } = await firstReply();
-      expect(await deliveries(session.id)).toMatchObject([
+      expect(await deliveriesOf(session.id)).toMatchObject([
         { kind: "reply", status: "pending", attempts: 1, last_status: status, last_error: expect.any(String) },
       ]);
       const [item] = (await router(key).outbox()).filter((i) => i.kind === "delivery");
@@ -592,7 +576,7 @@ describe("send failures (visible in the operator API)", () => {
       await runAlarm(key);
       expect(sent()).toHaveLength(2);
       expect(sent()[1]!.json).toEqual(sent()[0]!.json);
-      expect(await deliveries(session.id)).toMatchObject([
+      expect(await deliveriesOf(session.id)).toMatchObject([
         { kind: "reply", status: "sent", attempts: 2, last_status: 200, last_error: null },
       ]);
     });
@@ -611,7 +595,7 @@ describe("send failures (visible in the operator API)", () => {
     it(`records ${what} as failed without retrying`, async () => {
       apiAnswers.push(() => Response.json(body, { status }));
       const { key, session } = await firstReply();
-      expect(await deliveries(session.id)).toMatchObject([
+      expect(await deliveriesOf(session.id)).toMatchObject([
         { kind: "reply", status: "failed", attempts: 1, last_status: status, last_error: expect.any(String) },
       ]);
       expect((await router(key).outbox()).filter((i) => i.kind === "delivery")).toEqual([]);
@@ -624,7 +608,7 @@ describe("send failures (visible in the operator API)", () => {
   it("records error 131047 as failed even when answered with a 5xx status", async () => {
     apiAnswers.push(() => Response.json(error131047, { status: 500 }));
     const { session } = await firstReply();
-    expect(await deliveries(session.id)).toMatchObject([{ status: "failed", attempts: 1, last_status: 500 }]);
+    expect(await deliveriesOf(session.id)).toMatchObject([{ status: "failed", attempts: 1, last_status: 500 }]);
   });
 });
 
