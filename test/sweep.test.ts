@@ -291,8 +291,9 @@ describe("dedupe marks", () => {
     await env.DB.batch(
       ages.map((age) =>
         env.DB.prepare(
-          `INSERT INTO inbound_events (day, session_key, event_id, session_id, run_id, received_at) VALUES (?, ?, ?, NULL, NULL, ?)`,
-        ).bind(today - age, key, `evt-${age}`, now - age * DAY),
+          `INSERT INTO inbound_events (day, platform, event_id, session_key, session_id, run_id, received_at)
+            VALUES (?, 'generic', ?, ?, NULL, NULL, ?)`,
+        ).bind(today - age, `${key}-evt-${age}`, key, now - age * DAY),
       ),
     );
     setNow(now);

@@ -85,9 +85,25 @@ export function startedEvents(sessionId: string, now: number, status: InitialSta
   return [syncEvent(STARTED, sessionId, now, status), syncEvent(RESET, sessionId, now, status)];
 }
 
-/** The events of a session as it stands now, if it has ended: ended, and finalized when its reason finalizes. */
-export function endedEvents(sessionId: string, now: number, status: InitialStatus): Statement<number>[] {
-  return [syncEvent(ENDED, sessionId, now, status), syncEvent(FINALIZED, sessionId, now, status)];
+/**
+ * The events of a session as it stands now, if it has ended: ended, and finalized
+ * when its reason finalizes. A row ended by SQL without `ended_at` gets it first
+ * (the time the gateway noticed), so the ended event's id is stable.
+ */
+export function endedEvents(
+  sessionId: string,
+  now: number,
+  status: InitialStatus,
+): [Statement<number>, Statement<number>, Statement<number>] {
+  return [
+    exec(
+      `UPDATE sessions SET ended_at = ? WHERE id = ? AND end_reason IS NOT NULL AND ended_at IS NULL`,
+      now,
+      sessionId,
+    ),
+    syncEvent(ENDED, sessionId, now, status),
+    syncEvent(FINALIZED, sessionId, now, status),
+  ];
 }
 
 /**

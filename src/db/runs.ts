@@ -83,15 +83,24 @@ export function selectSessionOfRun(runId: string): Statement<SessionRow[]> {
 }
 
 /**
- * A rotation moves the session's unfinished runs, still current, to the
- * continuation: their replies land there, and they are not revoked.
+ * A rotation moves the session's current run (finished or not, so it may still end
+ * the continuation) and its other unfinished runs to the continuation: their
+ * replies land there, and they are not revoked.
  */
-export function moveRuns(fromSessionId: string, toSessionId: string): Statement<number> {
-  return exec(
-    `UPDATE runs SET session_id = ? WHERE session_id = ? AND finished_at IS NULL AND revoked_reason IS NULL`,
-    toSessionId,
-    fromSessionId,
-  );
+export function moveRuns(fromSessionId: string, toSessionId: string): [Statement<number>, Statement<number>] {
+  return [
+    exec(
+      `UPDATE runs SET session_id = ? WHERE id = (SELECT current_run_id FROM sessions WHERE id = ?) AND session_id = ?`,
+      toSessionId,
+      fromSessionId,
+      fromSessionId,
+    ),
+    exec(
+      `UPDATE runs SET session_id = ? WHERE session_id = ? AND finished_at IS NULL AND revoked_reason IS NULL`,
+      toSessionId,
+      fromSessionId,
+    ),
+  ];
 }
 
 export function touchHeartbeat(runId: string, now: number): Statement<number> {

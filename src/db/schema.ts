@@ -73,21 +73,23 @@ export const messages = sqliteTable(
 
 /**
  * Dedupe marks of inbound platform events, written in the same D1 batch as the
- * message they stored. Keyed by the UTC day first so that pruning old marks is a
- * range delete on the primary key with no extra index to write on every message.
+ * message they stored. Event ids are remembered per platform (spec invariant 9).
+ * Keyed by the UTC day first so that pruning old marks is a range delete on the
+ * primary key with no extra index to write on every message.
  */
 export const inboundEvents = sqliteTable(
   "inbound_events",
   {
     day: integer().notNull(),
-    sessionKey: text().notNull(),
+    platform: text().notNull(),
     eventId: text().notNull(),
+    sessionKey: text().notNull(),
     /** The session the event went to (null for a command that found none). */
     sessionId: text(),
     runId: text(),
     receivedAt: integer().notNull(),
   },
-  (table) => [primaryKey({ columns: [table.day, table.sessionKey, table.eventId] })],
+  (table) => [primaryKey({ columns: [table.day, table.platform, table.eventId] })],
 );
 
 /**

@@ -50,17 +50,18 @@ export function selectMessages(db: Database, sessionId: string): Statement<Messa
   );
 }
 
-// Marks live under the UTC day they were written: an event is new when neither
-// today's nor yesterday's day holds it (at least 24 hours). Two equality probes,
-// not `day IN (…)`: a probe that misses reads no row, and the IN form reads two.
-const MARK = `SELECT 1 FROM inbound_events WHERE day = ? AND session_key = ? AND event_id = ?`;
+// Event ids are remembered per platform (spec invariant 9), under the UTC day they
+// were written: an event is new when neither today's nor yesterday's day holds it
+// (at least 24 hours). Two equality probes, not `day IN (…)`: a probe that misses
+// reads no row, and the IN form reads two.
+const MARK = `SELECT 1 FROM inbound_events WHERE day = ? AND platform = ? AND event_id = ?`;
 const NOT_SEEN = `NOT EXISTS (${MARK}) AND NOT EXISTS (${MARK})`;
-const notSeenParams = (key: string, eventId: string, now: number) => [
+const notSeenParams = (platform: string, eventId: string, now: number) => [
   dayOf(now),
-  key,
+  platform,
   eventId,
   dayOf(now) - 1,
-  key,
+  platform,
   eventId,
 ];
 
@@ -70,12 +71,21 @@ export interface DedupeMark {
 }
 
 /** The dedupe mark of an event, if it was stored within the retention window. */
-export function selectDedupe(key: string, eventId: string, now: number): Statement<DedupeMark[]> {
-  const mark = `SELECT session_id, run_id FROM inbound_events WHERE day = ? AND session_key = ? AND event_id = ?`;
-  return query(`${mark} UNION ALL ${mark} LIMIT 1`, dayOf(now), key, eventId, dayOf(now) - 1, key, eventId);
+export function selectDedupe(platform: string, eventId: string, now: number): Statement<DedupeMark[]> {
+  const mark = `SELECT session_id, run_id FROM inbound_events WHERE day = ? AND platform = ? AND event_id = ?`;
+  return query(
+    `${mark} UNION ALL ${mark} LIMIT 1`,
+    dayOf(now),
+    platform,
+    eventId,
+    dayOf(now) - 1,
+    platform,
+    eventId,
+  );
 }
 
 export interface UserMessage {
+  platform: string;
   sessionKey: string;
   eventId: string;
   runId: string | null;
@@ -96,7 +106,7 @@ export function appendUserMessage(
   message: UserMessage,
   liveSince: number,
 ): [Statement<number>, Statement<number>, Statement<number>] {
-  const { sessionKey, eventId, runId, text, receivedAt } = message;
+  const { platform, eventId, runId, text, receivedAt } = message;
   return [
     exec(
       `UPDATE sessions SET last_active_at = MAX(last_active_at, ?), message_count = message_count + 1
@@ -104,7 +114,7 @@ export function appendUserMessage(
       receivedAt,
       sessionId,
       sqlTime(liveSince),
-      ...notSeenParams(sessionKey, eventId, receivedAt),
+      ...notSeenParams(platform, eventId, receivedAt),
     ),
     exec(
       `INSERT INTO messages (session_id, seq, role, text, created_at, event_id, run_id)
@@ -121,11 +131,12 @@ export function appendUserMessage(
 
 function markSeen(message: UserMessage, sessionId: string | null, condition: string): Statement<number> {
   return exec(
-    `INSERT INTO inbound_events (day, session_key, event_id, session_id, run_id, received_at)
-      SELECT ?, ?, ?, ?, ?, ? WHERE ${condition}`,
+    `INSERT INTO inbound_events (day, platform, event_id, session_key, session_id, run_id, received_at)
+      SELECT ?, ?, ?, ?, ?, ?, ? WHERE ${condition}`,
     dayOf(message.receivedAt),
-    message.sessionKey,
+    message.platform,
     message.eventId,
+    message.sessionKey,
     sessionId,
     message.runId,
     message.receivedAt,
@@ -139,11 +150,12 @@ function markSeen(message: UserMessage, sessionId: string | null, condition: str
 export function markCommandSeen(message: UserMessage, sessionId: string | null): Statement<number> {
   if (sessionId === null) return markSeen(message, null, "1 = 1");
   return exec(
-    `INSERT INTO inbound_events (day, session_key, event_id, session_id, run_id, received_at)
-      SELECT ?, ?, ?, ?, NULL, ? WHERE EXISTS (SELECT 1 FROM sessions WHERE id = ?)`,
+    `INSERT INTO inbound_events (day, platform, event_id, session_key, session_id, run_id, received_at)
+      SELECT ?, ?, ?, ?, ?, NULL, ? WHERE EXISTS (SELECT 1 FROM sessions WHERE id = ?)`,
     dayOf(message.receivedAt),
-    message.sessionKey,
+    message.platform,
     message.eventId,
+    message.sessionKey,
     sessionId,
     message.receivedAt,
     sessionId,
@@ -193,7 +205,7 @@ export function insertSession(
   }
   if (first) {
     conditions.push(NOT_SEEN);
-    guardParams.push(...notSeenParams(session.sessionKey, first.eventId, first.receivedAt));
+    guardParams.push(...notSeenParams(first.platform, first.eventId, first.receivedAt));
   }
   const insert = exec(
     `INSERT INTO sessions (id, session_key, platform, chat_type, started_at, last_active_at, message_count,

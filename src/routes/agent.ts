@@ -80,7 +80,11 @@ agentApi.post("/runs/:id/reply", async (c) => {
   return c.json(result.body, result.status);
 });
 
-/** A run token may act on its own session only; any other session is a 403. */
+/**
+ * A run token may act on its own conversation only: a session of another key is a
+ * 403; a session of its own key that it is not the current run of is the routing
+ * object's 409 (`{"owns": false, "reason"}`).
+ */
 async function sessionForRun(c: Context<{ Bindings: Env }>): Promise<{ run: RunRow; session: SessionRow }> {
   const sessionId = c.req.param("id")!;
   const { run } = await runOfToken(c);
@@ -88,7 +92,9 @@ async function sessionForRun(c: Context<{ Bindings: Env }>): Promise<{ run: RunR
   const [sessions] = await database.batch(selectSession(database, sessionId));
   const session = sessions[0];
   if (!session) throw apiError(404, "not_found", `no session ${sessionId}`);
-  if (run.sessionId !== session.id) throw apiError(403, "forbidden", "this run does not belong to that session");
+  if (run.sessionKey !== session.sessionKey) {
+    throw apiError(403, "forbidden", "this run belongs to another conversation");
+  }
   return { run, session };
 }
 

@@ -74,6 +74,7 @@ import {
   entryFromRow,
   toUserMessage,
   type DeliveryWork,
+  type CheckWork,
   type EventsWork,
   type RecordedReply,
   type RunWork,
@@ -227,7 +228,7 @@ export class SessionRouter extends DurableObject<Env> {
         ...insertSession(session, userMessage, null, { keyMustBeNew: true }),
         ...startedEvents(session.id, now, this.eventStatus),
         selectNewestForKey(ingress, message.sessionKey),
-        selectDedupe(message.sessionKey, message.eventId, now),
+        selectDedupe(message.platform, message.eventId, now),
       );
       if (results[0] === 1) return this.started(session, message, null, work, policy, now);
       alreadyRead = [results.at(-2) as SessionRow[], results.at(-1) as DedupeMark[]];
@@ -237,7 +238,7 @@ export class SessionRouter extends DurableObject<Env> {
         alreadyRead ??
         (await ingress.batch(
           this.entry ? selectSession(ingress, this.entry.sessionId) : selectNewestForKey(ingress, message.sessionKey),
-          selectDedupe(message.sessionKey, message.eventId, now),
+          selectDedupe(message.platform, message.eventId, now),
         ));
       alreadyRead = null;
       if (seen[0]) return { sessionId: seen[0].session_id ?? "", duplicate: true, work };
@@ -296,7 +297,6 @@ export class SessionRouter extends DurableObject<Env> {
     replaced: Replaced | null,
     policy: ResetPolicy,
     now: number,
-    withNotice = true,
   ): NewSession {
     // Keep started_at strictly increasing per key, so "newest row" is never a tie.
     const startedAt = Math.max(now, (previous?.startedAt ?? Number.NEGATIVE_INFINITY) + 1);
@@ -308,7 +308,7 @@ export class SessionRouter extends DurableObject<Env> {
       startedAt,
       parentSessionId: null,
       replaced,
-      noticePending: withNotice && replaced ? noticeFor(replaced.reason, replaced.hadActivity) : null,
+      noticePending: replaced ? noticeFor(replaced.reason, replaced.hadActivity) : null,
       sweepAt: deadline(policy, startedAt),
     };
   }
@@ -339,7 +339,7 @@ export class SessionRouter extends DurableObject<Env> {
     for (let attempt = 0; attempt < MAX_ROUTING_ATTEMPTS; attempt++) {
       const [rows, seen] = await db.batch(
         this.entry ? selectSession(db, this.entry.sessionId) : selectNewestForKey(db, message.sessionKey),
-        selectDedupe(message.sessionKey, message.eventId, now),
+        selectDedupe(message.platform, message.eventId, now),
       );
       if (seen[0]) {
         metrics.duplicates += 1;
@@ -368,7 +368,9 @@ export class SessionRouter extends DurableObject<Env> {
         const replaced = row
           ? { sessionId: row.id, reason: (endedAs ?? row.endReason) as EndReason, hadActivity: row.messageCount > 0 }
           : null;
-        fresh = this.freshSession(message, row, replaced, policy, now, false);
+        // A notice only when the row it replaces ended by an auto-reset (noticeFor):
+        // never for the `new_command` this command just wrote.
+        fresh = this.freshSession(message, row, replaced, policy, now);
         insertAt = statements.length;
         statements.push(...insertSession(fresh, null), ...startedEvents(fresh.id, now, this.eventStatus));
       }
@@ -403,6 +405,13 @@ export class SessionRouter extends DurableObject<Env> {
         this.adopt(entryFromNew(fresh, message, fresh.replaced));
         this.stageEvents(fresh.id, now);
         this.markActive(policy, now);
+        if (row && !endedAs && isRecoverable(row.endReason as EndReason)) {
+          // The replaced row stays recoverable until its deadline; watch it there.
+          const due = deadline(policy, row.lastActiveAt);
+          if (due !== null) {
+            this.stage(`check_${row.id}`, "check", { sessionId: row.id } satisfies CheckWork, due, true);
+          }
+        }
       } else if (row && endedAs) {
         this.liveDeadline = null;
       }
@@ -618,10 +627,10 @@ export class SessionRouter extends DurableObject<Env> {
     reason: EndReason,
     now: number,
   ): Promise<{ changed: boolean; row: SessionRow | null }> {
-    const [changed, , , , rows] = await this.db.batch(
+    const [changed, , , , , rows] = await this.db.batch(
       endLive(sessionId, reason, isRecoverable(reason), now),
       revokeRuns(sessionId),
-      ...(endedEvents(sessionId, now, this.eventStatus) as [Statement<number>, Statement<number>]),
+      ...endedEvents(sessionId, now, this.eventStatus),
       selectSession(this.db, sessionId),
     );
     const row = rows[0] ?? null;
@@ -683,7 +692,24 @@ export class SessionRouter extends DurableObject<Env> {
   private async process(item: OutboxItem, now: number): Promise<void> {
     if (item.kind === "run") return this.processRun(item as OutboxItem<RunWork>, now);
     if (item.kind === "delivery") return this.processDelivery(item as OutboxItem<DeliveryWork>, now);
+    if (item.kind === "check") return this.processCheck(item as OutboxItem<CheckWork>, now);
     return this.processEvents(item as OutboxItem<EventsWork>, now);
+  }
+
+  /**
+   * A recoverable row this key no longer routes to (a `/new` replaced it) is still
+   * promoted when its deadline passes, and finalizes then: its check stays in the
+   * outbox until the row is a boundary.
+   */
+  private async processCheck(item: OutboxItem<CheckWork>, now: number): Promise<void> {
+    await this.mutex.run(async () => {
+      const [rows] = await this.db.batch(selectSession(this.db, item.payload.sessionId));
+      const row = rows[0];
+      const next = row ? await this.settleRow(row, now) : null;
+      if (this.entry?.sessionId === item.payload.sessionId) this.liveDeadline = next;
+      if (next === null) this.store.delete(item.id);
+      else this.store.put({ ...item, dueAt: next });
+    });
   }
 
   private reschedule(item: OutboxItem, error: string, retryAfterMs: number | null, now: number): void {
@@ -694,15 +720,23 @@ export class SessionRouter extends DurableObject<Env> {
   }
 
   /** A staged run whose storing this object did not see finish (it restarted): did D1 keep it? */
+  /**
+   * The run as it stands once its storing has finished (under the lock, so a route
+   * call that staged it is done): its payload read again, since storing may have
+   * rewritten it (a fresh session changes `is_new` and `reset`). A run staged before
+   * this object restarted is confirmed against its dedupe mark in D1, or dropped.
+   */
   private async confirmStaged(work: RunWork, now: number): Promise<RunWork | null> {
-    if (this.confirmedRuns.has(work.runId)) return work;
     return this.mutex.run(async () => {
-      if (!this.store.get(work.runId)) return null;
-      const [seen] = await this.db.batch(selectDedupe(work.message.sessionKey, work.message.eventId, now));
+      const current = this.store.get<RunWork>(work.runId)?.payload;
+      if (!current) return null;
+      if (this.confirmedRuns.has(work.runId)) return current;
+      const message = current.message;
+      const [seen] = await this.db.batch(selectDedupe(message.platform, message.eventId, now));
       const mark = seen[0];
       if (!mark || mark.run_id !== work.runId || !mark.session_id) return null;
       this.confirmedRuns.add(work.runId);
-      return { ...work, sessionId: mark.session_id };
+      return { ...current, sessionId: mark.session_id };
     });
   }
 
@@ -1133,14 +1167,15 @@ export class SessionRouter extends DurableObject<Env> {
           startedAt: Math.max(now, session.startedAt + 1),
           parentSessionId: session.id,
           replaced: null,
-          noticePending: null,
+          // A reset notice still owed is owed by the conversation, which goes on here.
+          noticePending: session.noticePending,
           sweepAt: deadline(policy, session.lastActiveAt),
           lastActiveAt: session.lastActiveAt,
           currentRunId: session.currentRunId,
         };
-        const [ended, , inserted] = await this.db.batch(
+        const [ended, , , inserted] = await this.db.batch(
           endLive(session.id, "compression", false, now),
-          moveRuns(session.id, continuation.id),
+          ...moveRuns(session.id, continuation.id),
           ...insertSession(continuation, null, { sessionId: session.id, reason: "compression" }),
           ...endedEvents(session.id, now, this.eventStatus),
           ...startedEvents(continuation.id, now, this.eventStatus),
@@ -1156,7 +1191,7 @@ export class SessionRouter extends DurableObject<Env> {
           parentId: session.id,
           reset: null,
           firstRunPending: false,
-          noticeOwed: false,
+          noticeOwed: session.noticePending !== null,
         });
         this.liveDeadline = continuation.sweepAt;
         this.stageEvents(session.id, now);

@@ -26,7 +26,7 @@ export interface Entry {
   noticeOwed?: boolean;
 }
 
-export type OutboxKind = "run" | "delivery" | "events";
+export type OutboxKind = "run" | "delivery" | "events" | "check";
 
 export interface OutboxItem<P = unknown> {
   id: string;

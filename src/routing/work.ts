@@ -39,6 +39,11 @@ export interface DeliveryWork {
 }
 
 /** Lifecycle events of one session still to deliver. */
+/** A session of this key to look at again by its policy (a replaced recoverable row). */
+export interface CheckWork {
+  sessionId: string;
+}
+
 export interface EventsWork {
   sessionId: string;
 }
@@ -52,6 +57,7 @@ export interface RecordedReply {
 
 export function toUserMessage(message: RoutedMessage, runId: string | null): UserMessage {
   return {
+    platform: message.platform,
     sessionKey: message.sessionKey,
     eventId: message.eventId,
     runId,

@@ -277,3 +277,35 @@ describe("scheduled jobs", () => {
     expect(count.n).toBe(0);
   });
 });
+
+describe("runs acting on sessions", () => {
+  it("an old run ending the key's new session gets 409 superseded; a run of another conversation gets 403", async () => {
+    const chat = unique("chat");
+    const old = await dispatched(chat, "one");
+    const command = await send({ chat_id: chat, text: "/new" });
+    const fresh = command.body.session_id as string;
+    expect(await agentApi(`/v1/sessions/${fresh}/end`, old.token, { reason: "agent_close" })).toEqual({
+      status: 409,
+      body: { owns: false, reason: "superseded" },
+    });
+    expect(await agentApi(`/v1/sessions/${fresh}/rotate`, old.token, {})).toEqual({
+      status: 409,
+      body: { owns: false, reason: "superseded" },
+    });
+    const stranger = await dispatched(unique("other"), "elsewhere");
+    expect((await agentApi(`/v1/sessions/${fresh}/end`, stranger.token, {})).status).toBe(403);
+    expect(await sessionRow(fresh)).toMatchObject({ end_reason: null });
+  });
+
+  it("a rotation after the run replied keeps it current in the continuation: finished, and it may end it", async () => {
+    const chat = unique("chat");
+    const run = await dispatched(chat, "question");
+    await agentApi(`/v1/runs/${run.runId}/reply`, run.token, { text: "answer" });
+    const rotated = await agentApi(`/v1/sessions/${run.sessionId}/rotate`, run.token, { reason: "compression" });
+    expect(rotated.status).toBe(200);
+    expect(await heartbeat(run)).toEqual({ status: 409, body: { owns: false, reason: "finished" } });
+    const ended = await agentApi(`/v1/sessions/${rotated.body.session_id}/end`, run.token, { reason: "agent_close" });
+    expect(ended.status).toBe(200);
+    expect(ended.body).toMatchObject({ changed: true, session: { end_reason: "agent_close" } });
+  });
+});

@@ -342,3 +342,30 @@ it("a reply that arrives after its session's deadline ends the session by its po
   await runAlarm(key);
   expect(services.replies()).toEqual([]);
 });
+
+it("the first run of a session started while another hand-off is in flight carries is_new and its reset", async () => {
+  const chat = unique("chat");
+  const key = genericKey(chat);
+  let release!: () => void;
+  const held = new Promise<void>((resolve) => (release = resolve));
+  let arrived!: () => void;
+  const seen = new Promise<void>((resolve) => (arrived = resolve));
+  services = fakeServices(async (request) => {
+    if (request.json.message.text === "slow") {
+      arrived();
+      await held;
+    }
+    return replyWith(`re: ${request.json.message.text}`);
+  });
+  const first = await send({ chat_id: chat, text: "slow" });
+  const alarm = runAlarm(key);
+  await seen;
+  await send({ chat_id: chat, text: "/stop" });
+  await send({ chat_id: chat, text: "after stop" });
+  for (let i = 0; i < 50 && services.agentCalls().length < 2; i++) await new Promise((r) => setTimeout(r, 10));
+  release();
+  await alarm;
+  const second = services.agentCalls().find((c) => c.json.message.text === "after stop")!.json;
+  expect(second.session.is_new).toBe(true);
+  expect(second.reset).toEqual({ reason: "suspended", had_activity: true, previous_session_id: first.body.session_id });
+});

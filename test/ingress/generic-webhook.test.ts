@@ -204,13 +204,39 @@ describe("idempotent ingress (invariant 9)", () => {
     expect(await sessionsOfKey(genericKey(chat))).toHaveLength(1);
   });
 
-  it("keeps event ids per conversation: the same id in another chat is a new message", async () => {
+  it("remembers event ids per platform: the same id from another chat is the same event", async () => {
     const eventId = unique("evt");
     const a = await send({ chat_id: unique("a"), event_id: eventId });
     const b = await send({ chat_id: unique("b"), event_id: eventId });
     expect(a.body.duplicate).toBe(false);
-    expect(b.body.duplicate).toBe(false);
-    expect(b.body.session_id).not.toBe(a.body.session_id);
+    expect(b.body).toEqual({ accepted: true, session_id: a.body.session_id, duplicate: true });
+    expect(await messagesOf(a.body.session_id)).toHaveLength(1);
+  });
+
+  it("keeps platforms apart: the same id on another platform is a new event", async () => {
+    useConfig({ TELEGRAM_BOT_TOKEN: "123:abc", TELEGRAM_WEBHOOK_SECRET: "tg-secret" });
+    const updateId = 700_000_000 + Math.floor(Math.random() * 1_000_000);
+    const generic = await send({ chat_id: unique("a"), event_id: String(updateId) });
+    const chatId = 900_000_000 + Math.floor(Math.random() * 1_000_000);
+    const telegram = await exports.default.fetch(
+      new Request(`${BASE}/webhooks/telegram`, {
+        method: "POST",
+        headers: { "content-type": "application/json", "x-telegram-bot-api-secret-token": "tg-secret" },
+        body: JSON.stringify({
+          update_id: updateId,
+          message: {
+            message_id: 1,
+            date: 1_900_000_000,
+            chat: { id: chatId, type: "private" },
+            from: { id: chatId, is_bot: false, first_name: "A" },
+            text: "hi",
+          },
+        }),
+      }),
+    );
+    expect(generic.body.duplicate).toBe(false);
+    expect(telegram.status).toBe(200);
+    expect(await sessionsOfKey(`telegram:dm:${chatId}`)).toHaveLength(1);
   });
 });
 

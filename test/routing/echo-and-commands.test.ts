@@ -158,7 +158,8 @@ describe("commands", () => {
     setNow(T0 + 2 * HOUR);
     const command = await send({ chat_id: chat, text: "/new" });
     expect(await sessionRow(first.body.session_id)).toMatchObject({ end_reason: "idle" });
-    expect(await sessionRow(command.body.session_id)).toMatchObject({ reset_reason: "idle", notice_pending: null });
+    // It replaced an auto-reset session with activity: its first reply owes the notice.
+    expect(await sessionRow(command.body.session_id)).toMatchObject({ reset_reason: "idle", notice_pending: "idle" });
     const events = await eventsOf(command.body.session_id);
     expect(events.map((e) => [e.type, e.reason])).toContainEqual(["session.reset", "idle"]);
   });

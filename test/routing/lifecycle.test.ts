@@ -393,3 +393,43 @@ describe("lifecycle events of routing", () => {
     });
   });
 });
+
+describe("rows edited by SQL", () => {
+  it("a row ended by SQL without ended_at is honoured: the next message starts fresh and the end gets its time", async () => {
+    const chat = unique("chat");
+    const first = await send({ chat_id: chat, text: "one" });
+    await sql(`UPDATE sessions SET end_reason = 'admin' WHERE id = ?`, first.body.session_id);
+    setNow(T0 + MINUTE);
+    const next = await send({ chat_id: chat, text: "two" });
+    expect(next.status).toBe(200);
+    expect(next.body.session_id).not.toBe(first.body.session_id);
+    expect(await sessionRow(first.body.session_id)).toMatchObject({ end_reason: "admin", ended_at: T0 + MINUTE });
+    const ended = (await eventsOf(first.body.session_id)).filter((e) => e.type === "session.ended");
+    expect(ended).toHaveLength(1);
+  });
+});
+
+describe("a recoverable row that /new replaced", () => {
+  it("is still promoted by the alarm at its deadline, and finalized then", async () => {
+    const chat = unique("chat");
+    const key = genericKey(chat);
+    const first = await send({ chat_id: chat, text: "one" });
+    await runAlarm(key);
+    await sql(
+      `UPDATE sessions SET end_reason = 'agent_close', ended_at = ? WHERE id = ?`,
+      T0 + 1,
+      first.body.session_id,
+    );
+    setNow(T0 + 10 * MINUTE);
+    const fresh = await send({ chat_id: chat, text: "/new" });
+    expect(fresh.body.session_id).not.toBe(first.body.session_id);
+    expect(await sessionRow(first.body.session_id)).toMatchObject({ end_reason: "agent_close" });
+    setNow(T0 + 60 * MINUTE + 1);
+    await runAlarm(key);
+    expect(await sessionRow(first.body.session_id)).toMatchObject({ end_reason: "idle", ended_at: T0 + 1 });
+    const finalized = (await eventsOf(first.body.session_id)).filter((e) => e.type === "session.finalized");
+    expect(finalized.map((e) => e.reason)).toEqual(["idle"]);
+    // The fresh session is untouched (its own deadline is later).
+    expect(await sessionRow(fresh.body.session_id)).toMatchObject({ end_reason: null });
+  });
+});
