@@ -73,15 +73,7 @@ export interface DedupeMark {
 /** The dedupe mark of an event, if it was stored within the retention window. */
 export function selectDedupe(platform: string, eventId: string, now: number): Statement<DedupeMark[]> {
   const mark = `SELECT session_id, run_id FROM inbound_events WHERE day = ? AND platform = ? AND event_id = ?`;
-  return query(
-    `${mark} UNION ALL ${mark} LIMIT 1`,
-    dayOf(now),
-    platform,
-    eventId,
-    dayOf(now) - 1,
-    platform,
-    eventId,
-  );
+  return query(`${mark} UNION ALL ${mark} LIMIT 1`, dayOf(now), platform, eventId, dayOf(now) - 1, platform, eventId);
 }
 
 export interface UserMessage {
