@@ -19,7 +19,8 @@ export const genericBodySchema = z.object({
   chat_id: id,
   chat_type: z.enum(CHAT_TYPES),
   user_id: id,
-  thread_id: id.nullish(),
+  // An empty thread id means "not in a thread", like a missing one.
+  thread_id: z.preprocess((v) => (v === "" ? null : v), id.nullish()),
   text: z.string().min(1).max(32_768),
   sent_at: z.number().int().nonnegative().nullish(),
 });

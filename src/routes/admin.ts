@@ -19,7 +19,7 @@ export const admin = new Hono<{ Bindings: Env }>();
 
 admin.use("*", async (c, next) => {
   const config = configOf(c.env);
-  requireToken(c, config.adminToken, [config.agentToken], "ADMIN_TOKEN");
+  await requireToken(c, config.adminToken, "ADMIN_TOKEN");
   await next();
 });
 
@@ -41,16 +41,19 @@ admin.delete("/routes/:key", async (c) => {
   return c.json({ forgotten: true, session_key: key });
 });
 
+/** An empty query value (`?key=&open=`) means no filter, as when it is absent. */
+const optional = <T extends z.ZodType>(schema: T) => z.preprocess((v) => (v === "" ? undefined : v), schema.optional());
+
 const listQuery = z.object({
-  key: z.string().min(1).optional(),
-  open: z.enum(["true", "false", "1", "0"]).optional(),
-  limit: z.coerce.number().int().min(1).max(1000).default(100),
+  key: optional(z.string()),
+  open: optional(z.enum(["true", "false", "1", "0"])),
+  limit: optional(z.coerce.number().int().min(1).max(1000)),
 });
 
 admin.get("/sessions", async (c) => {
   const parsed = listQuery.safeParse(c.req.query());
   if (!parsed.success) throw apiError(400, "invalid_query", parsed.error.issues[0]?.message ?? "invalid query");
-  const { key, open, limit } = parsed.data;
+  const { key, open, limit = 100 } = parsed.data;
   const database = db(c.env);
   const [rows] = await database.batch(
     selectSessions(database, { key, open: open === undefined ? undefined : open === "true" || open === "1", limit }),

@@ -7,39 +7,23 @@ import { Hono, type Context } from "hono";
 import { z } from "zod";
 import { now } from "../clock";
 import { configOf } from "../config";
-import { safeEqual, sha256Hex } from "../crypto";
 import { Database } from "../db/client";
 import { selectRun, selectSessionOfRun, touchHeartbeat } from "../db/runs";
 import type { RunRow, SessionRow } from "../db/schema";
 import { selectSession } from "../db/sessions";
 import { END_REASONS } from "../domain/end-reasons";
 import { ownership } from "../domain/ownership";
-import { runIdOfToken } from "../domain/run-token";
 import { cronSessionKey } from "../domain/session-key";
 import { apiError } from "../http/errors";
 import { newId } from "../ids";
 import { routerFor } from "../routing/client";
-import { bearer, requireToken } from "./auth";
+import { bearer, requireRunToken, requireToken } from "./auth";
 import { parseJsonBody } from "./body";
 import { sessionJson } from "./json";
 
 export const agentApi = new Hono<{ Bindings: Env }>();
 
 const db = (env: Env) => new Database(env.DB, "background");
-
-/** The run a bearer token belongs to: 401 without a valid one, 403 for another run's valid token. */
-async function runOfToken(c: Context<{ Bindings: Env }>): Promise<{ run: RunRow; token: string }> {
-  const token = bearer(c);
-  if (!token) throw apiError(401, "unauthorized", "missing bearer run token");
-  const runId = runIdOfToken(token);
-  if (!runId) throw apiError(401, "unauthorized", "invalid run token");
-  const database = db(c.env);
-  const [runs] = await database.batch(selectRun(database, runId));
-  const run = runs[0];
-  if (!run || !safeEqual(await sha256Hex(token), run.tokenHash))
-    throw apiError(401, "unauthorized", "invalid run token");
-  return { run, token };
-}
 
 /** The run named in the path, authorised by its own token. */
 async function authorisedRun(c: Context<{ Bindings: Env }>): Promise<{ run: RunRow; session: SessionRow }> {
@@ -50,7 +34,7 @@ async function authorisedRun(c: Context<{ Bindings: Env }>): Promise<{ run: RunR
   const run = runs[0];
   const session = sessions[0];
   if (!run || !session) throw apiError(404, "not_found", `no run ${runId}`);
-  const { run: holder } = await runOfToken(c);
+  const holder = await requireRunToken(c);
   if (holder.id !== run.id) throw apiError(403, "forbidden", "this token belongs to another run");
   return { run, session };
 }
@@ -64,7 +48,12 @@ agentApi.post("/runs/:id/heartbeat", async (c) => {
   return c.json({ owns: true });
 });
 
-const textBody = z.object({ text: z.string().min(1).max(32_768) });
+const textBody = z.object({
+  text: z
+    .string()
+    .max(32_768)
+    .refine((text) => text.trim() !== "", { message: "must not be blank" }),
+});
 
 agentApi.post("/runs/:id/progress", async (c) => {
   const { run } = await authorisedRun(c);
@@ -87,7 +76,7 @@ agentApi.post("/runs/:id/reply", async (c) => {
  */
 async function sessionForRun(c: Context<{ Bindings: Env }>): Promise<{ run: RunRow; session: SessionRow }> {
   const sessionId = c.req.param("id")!;
-  const { run } = await runOfToken(c);
+  const run = await requireRunToken(c);
   const database = db(c.env);
   const [sessions] = await database.batch(selectSession(database, sessionId));
   const session = sessions[0];
@@ -121,7 +110,7 @@ const cronBody = z.object({ job_id: z.string().min(1).max(256), text: z.string()
 
 agentApi.post("/cron/runs", async (c) => {
   const config = configOf(c.env);
-  requireToken(c, config.agentToken, [config.adminToken], "AGENT_TOKEN");
+  await requireToken(c, config.agentToken, "AGENT_TOKEN");
   const { job_id: jobId, text } = await parseJsonBody(c, cronBody);
   const runId = newId("run");
   const sessionKey = cronSessionKey(jobId, runId);

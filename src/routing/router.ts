@@ -667,24 +667,27 @@ export class SessionRouter extends DurableObject<Env> {
    */
   private async drain(): Promise<void> {
     const started = clockNow();
-    const running = new Map<string, Promise<void>>();
+    const running = new Map<string, { kind: OutboxItem["kind"]; done: Promise<void> }>();
     for (;;) {
       const now = clockNow();
       if (now - started < DRAIN_WINDOW_MS) {
         for (const item of this.store.due(now)) {
           if (running.has(item.id)) continue;
+          // Lifecycle events go out one session at a time, in the order they were
+          // staged (an old session's end before its replacement's start).
+          if (item.kind === "events" && [...running.values()].some((r) => r.kind === "events")) continue;
           const done = this.process(item, now)
             .catch((error) => {
               console.error("outbox item failed", item.kind, item.id, describe(error));
               this.reschedule(item, describe(error), null, now);
             })
             .finally(() => running.delete(item.id));
-          running.set(item.id, done);
+          running.set(item.id, { kind: item.kind, done });
         }
       }
       if (running.size === 0) return;
       const woken = new Promise<void>((resolve) => (this.wakeDrain = resolve));
-      await Promise.race([woken, ...running.values()]);
+      await Promise.race([woken, ...[...running.values()].map((r) => r.done)]);
       this.wakeDrain = null;
     }
   }

@@ -3,10 +3,11 @@
  * ending and rotating a session, and scheduled jobs. Bad tokens are 401, another
  * run's token 403, unknown ids 404, and none of them change anything.
  */
-import { env } from "cloudflare:workers";
+import { env, exports } from "cloudflare:workers";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import {
   ADMIN_TOKEN,
+  BASE,
   T0,
   adminFetch,
   eventsOf,
@@ -95,7 +96,16 @@ describe("tokens", () => {
     expect((await agentApi(`/v1/runs/${a.runId}/heartbeat`, null)).status).toBe(401);
     expect((await agentApi(`/v1/runs/${a.runId}/heartbeat`, `${a.runId}.wrong`)).status).toBe(401);
     expect((await agentApi(`/v1/runs/${a.runId}/heartbeat`, "garbage")).status).toBe(401);
-    expect((await agentApi(`/v1/runs/${a.runId}/heartbeat`, AGENT_TOKEN)).status).toBe(401);
+    // A valid token of another kind is a 403: AGENT_TOKEN here, a run token at the operator or cron API.
+    expect((await agentApi(`/v1/runs/${a.runId}/heartbeat`, AGENT_TOKEN)).status).toBe(403);
+    expect((await agentApi(`/v1/cron/runs`, a.token, { job_id: "j", text: "t" })).status).toBe(403);
+    expect(
+      (
+        await exports.default.fetch(
+          new Request(`${BASE}/admin/metrics`, { headers: { authorization: `Bearer ${a.token}` } }),
+        )
+      ).status,
+    ).toBe(403);
     expect((await agentApi(`/v1/runs/${a.runId}/heartbeat`, b.token)).status).toBe(403);
     expect((await agentApi(`/v1/runs/run_unknown/heartbeat`, a.token)).status).toBe(404);
     expect((await agentApi(`/v1/runs/${a.runId}/reply`, b.token, { text: "not mine" })).status).toBe(403);
@@ -111,6 +121,8 @@ describe("tokens", () => {
   it("400 for a malformed body, and nothing changes", async () => {
     const run = await dispatched(unique("chat"));
     expect((await agentApi(`/v1/runs/${run.runId}/reply`, run.token, { texte: "typo" })).status).toBe(400);
+    expect((await agentApi(`/v1/runs/${run.runId}/reply`, run.token, { text: "   " })).status).toBe(400);
+    expect((await agentApi(`/v1/runs/${run.runId}/progress`, run.token, { text: "" })).status).toBe(400);
     expect((await agentApi(`/v1/sessions/${run.sessionId}/end`, run.token, { reason: "bored" })).status).toBe(400);
     expect(await sessionRow(run.sessionId)).toMatchObject({ end_reason: null, message_count: 1 });
   });

@@ -293,3 +293,10 @@ it("signs with HMAC-SHA256 of the raw bytes (a re-serialised body does not verif
   );
   expect(response.status).toBe(401);
 });
+
+it("treats an empty thread_id as no thread", async () => {
+  const chat = unique("chat");
+  const sent = await send({ chat_id: chat, thread_id: "" });
+  expect(sent.status).toBe(200);
+  expect(await sessionsOfKey(genericKey(chat))).toHaveLength(1);
+});

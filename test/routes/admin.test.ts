@@ -132,6 +132,9 @@ describe("sessions", () => {
     ).json()) as any;
     expect(closed.sessions.map((s: any) => [s.id, s.end_reason])).toEqual([[first.body.session_id, "idle"]]);
     expect((await adminFetch(`/admin/sessions?open=maybe`)).status).toBe(400);
+    // Empty values are no filter, as when absent.
+    const empty = (await (await adminFetch(`/admin/sessions?key=&open=`)).json()) as any;
+    expect(empty.sessions.length).toBeGreaterThanOrEqual(2);
   });
 
   it("shows one session with its messages oldest first, its events and its deliveries", async () => {
@@ -206,6 +209,10 @@ describe("metrics and health", () => {
       expect(Number.isInteger(after[counter])).toBe(true);
     }
     expect(typeof after.sessions_ended).toBe("object");
+    // Every figure is an integer, nested ones too.
+    const integersOnly = (value: unknown): boolean =>
+      typeof value === "number" ? Number.isInteger(value) : Object.values(value as object).every(integersOnly);
+    expect(integersOnly(after)).toBe(true);
     expect(after.messages_routed - before.messages_routed).toBe(2);
     expect(after.sessions_created - before.sessions_created).toBe(1);
     expect(after.d1_rows_written_ingress - before.d1_rows_written_ingress).toBeGreaterThan(0);

@@ -375,6 +375,14 @@ describe("lifecycle events of routing", () => {
     const next = await send({ chat_id: chat });
     await runAlarm(genericKey(chat));
     hooks.restore();
+    // Delivered one session at a time, in the order the changes happened.
+    expect(hooks.calls.map((c) => [c.json.type, c.json.session_id === first.body.session_id ? "old" : "new"])).toEqual([
+      ["session.started", "old"],
+      ["session.ended", "old"],
+      ["session.finalized", "old"],
+      ["session.started", "new"],
+      ["session.reset", "new"],
+    ]);
     const old = await eventsOf(first.body.session_id);
     expect(old.map((e) => [e.type, e.reason])).toEqual([
       ["session.started", null],
