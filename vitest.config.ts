@@ -13,6 +13,9 @@ export default defineConfig(async () => {
             TEST_MIGRATIONS: migrations,
             GENERIC_WEBHOOK_SECRET: "test-generic-secret",
             ADMIN_TOKEN: "test-admin-token",
+            // Most tests drive staged work with runDurableObjectAlarm, one step at a
+            // time; test/routing/inline-drain.test.ts covers the default, inline.
+            OUTBOX_DRAIN: "alarm",
           },
         },
       }),

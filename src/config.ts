@@ -27,6 +27,12 @@ export interface Config {
   adminToken: string | null;
   genericWebhookSecret: string | null;
   genericReplyUrl: string | null;
+  /**
+   * How staged work (hand-offs, replies, events) starts: `inline`, in the background
+   * of the request that staged it, the alarm being its safety net; or `alarm`, from
+   * the routing object's alarm only.
+   */
+  outboxDrain: "inline" | "alarm";
 }
 
 /** The variables this module reads; all are strings in `env` (wrangler vars or secrets). */
@@ -78,6 +84,19 @@ function bool(env: ConfigEnv, key: string, fallback: boolean): boolean {
   return parsed;
 }
 
+function oneOf<const T extends readonly string[]>(
+  env: ConfigEnv,
+  key: string,
+  values: T,
+  fallback: T[number],
+): T[number] {
+  const value = text(env, key);
+  if (value === null) return fallback;
+  if (!values.includes(value))
+    throw new ConfigError(key, `must be one of ${values.join(", ")}, got ${JSON.stringify(value)}`);
+  return value as T[number];
+}
+
 function positiveInt(env: ConfigEnv, key: string, fallback: number): number {
   const value = text(env, key);
   if (value === null) return fallback;
@@ -127,6 +146,7 @@ function parseConfig(env: ConfigEnv): Config {
     adminToken: text(env, "ADMIN_TOKEN"),
     genericWebhookSecret: text(env, "GENERIC_WEBHOOK_SECRET"),
     genericReplyUrl: url(env, "GENERIC_REPLY_URL"),
+    outboxDrain: oneOf(env, "OUTBOX_DRAIN", ["inline", "alarm"] as const, "inline"),
   };
 }
 

@@ -89,8 +89,15 @@ export const RUN_LEASE_MS = 10 * 60_000;
 
 /** A message is never stored after this many conflicting rereads; the platform retries instead. */
 const MAX_ROUTING_ATTEMPTS = 3;
-/** How long one alarm keeps picking up newly due outbox items while others are in flight. */
+/** How long one drain keeps picking up newly due outbox items while others are in flight. */
 const DRAIN_WINDOW_MS = 60_000;
+/**
+ * With OUTBOX_DRAIN=inline (the default), staged work is drained at once, in the
+ * background of the request that staged it; the alarm comes this much later as the
+ * safety net (should the object be evicted before it finished), so a busy key costs
+ * an alarm per burst, not per message.
+ */
+const INLINE_GRACE_MS = 10_000;
 /** Hand-offs are retried for a day; after that the run is marked failed. */
 const RUN_GIVE_UP_MS = 24 * 60 * 60_000;
 /** Platform deliveries are retried this many times before they are marked failed. */
@@ -113,7 +120,9 @@ export class SessionRouter extends DurableObject<Env> {
   private readonly confirmedRuns = new Set<string>();
   /** Consecutive failures to read the live session in the alarm, for its own backoff. */
   private settleFailures = 0;
-  /** Set while the alarm drains the outbox: lets newly staged work start without waiting. */
+  /** The drain running now, if any (in the background of a request, or in the alarm). */
+  private activeDrain: Promise<void> | null = null;
+  /** Wakes the running drain so newly staged work starts without waiting. */
   private wakeDrain: (() => void) | null = null;
 
   constructor(ctx: DurableObjectState, env: Env) {
@@ -479,8 +488,41 @@ export class SessionRouter extends DurableObject<Env> {
     const item = { id, kind, payload, dueAt, attempts: 0, lastError: null, createdAt: clockNow() };
     if (replace) this.store.put(item);
     else this.store.add(item);
-    this.armBy(dueAt);
-    this.wakeDrain?.();
+    if (this.config.outboxDrain === "inline") {
+      this.armBy(dueAt + INLINE_GRACE_MS);
+      this.kickDrain();
+    } else {
+      this.armBy(dueAt);
+      this.wakeDrain?.();
+    }
+  }
+
+  /** Starts draining in the background, or wakes the drain already running. */
+  private kickDrain(): void {
+    if (this.activeDrain) this.wakeDrain?.();
+    else this.ctx.waitUntil(this.runDrain());
+  }
+
+  /**
+   * One drain at a time: a caller while one runs wakes it and waits for it. When it
+   * ends, the alarm is set to the exact next due time (retries keep their backoff).
+   */
+  private runDrain(): Promise<void> {
+    if (this.activeDrain) {
+      this.wakeDrain?.();
+      return this.activeDrain;
+    }
+    this.activeDrain = (async () => {
+      try {
+        await this.drain();
+      } finally {
+        this.activeDrain = null;
+        await this.mutex
+          .run(() => this.rearm(clockNow()))
+          .catch((error) => console.error("could not re-arm after draining", describe(error)));
+      }
+    })();
+    return this.activeDrain;
   }
 
   /** Brings the alarm forward to `at` if it is not already due by then; never pushes it back. */
@@ -507,7 +549,9 @@ export class SessionRouter extends DurableObject<Env> {
    */
   private async rearm(now: number): Promise<void> {
     if (this.alarmAt === undefined) this.alarmAt = await this.ctx.storage.getAlarm();
-    const candidates = [this.store.nextDueAt()];
+    const nextDue = this.store.nextDueAt();
+    // While a drain runs, it takes what is due; the alarm is only its safety net.
+    const candidates = [nextDue !== null && this.activeDrain ? Math.max(nextDue, now + INLINE_GRACE_MS) : nextDue];
     if (this.liveDeadline !== undefined) candidates.push(this.liveDeadline);
     // The deadline is unknown (D1 could not be read): look again soon, backing off.
     else if (this.entry) candidates.push(now + backoffDelay(this.settleFailures + 1));
@@ -535,7 +579,7 @@ export class SessionRouter extends DurableObject<Env> {
         this.liveDeadline = undefined;
         console.error("alarm: could not check the live session", describe(error));
       });
-    await this.drain();
+    await this.runDrain();
     await this.mutex.run(() => this.rearm(clockNow()));
   }
 

@@ -25,6 +25,7 @@ describe("parseConfigFresh defaults", () => {
       adminToken: null,
       genericWebhookSecret: null,
       genericReplyUrl: null,
+      outboxDrain: "inline",
     });
   });
 
@@ -61,6 +62,7 @@ describe("parseConfigFresh defaults", () => {
       ADMIN_TOKEN: "admin",
       GENERIC_WEBHOOK_SECRET: "generic",
       GENERIC_REPLY_URL: "https://reply.example/",
+      OUTBOX_DRAIN: "alarm",
     });
     expect(config).toEqual({
       reset: {
@@ -81,7 +83,12 @@ describe("parseConfigFresh defaults", () => {
       adminToken: "admin",
       genericWebhookSecret: "generic",
       genericReplyUrl: "https://reply.example/",
+      outboxDrain: "alarm",
     });
+  });
+
+  it("refuses an unknown OUTBOX_DRAIN, naming it", () => {
+    expect(() => parseConfigFresh({ OUTBOX_DRAIN: "sometimes" })).toThrow(/OUTBOX_DRAIN/);
   });
 });
 
