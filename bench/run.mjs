@@ -86,6 +86,16 @@ function readConfig(env) {
     settle_ms: int("BENCH_SETTLE_MS", 2000),
     start_timeout_seconds: int("BENCH_START_TIMEOUT", 180),
     log_level: env.BENCH_LOG_LEVEL ?? "warn",
+    // Extra gateway variables, `NAME=value` comma-separated (e.g. OUTBOX_DRAIN=alarm).
+    gateway_vars: (env.BENCH_GATEWAY_VARS ?? "")
+      .split(",")
+      .map((pair) => pair.trim())
+      .filter(Boolean)
+      .map((pair) => {
+        const at = pair.indexOf("=");
+        if (at < 1) throw new Error(`BENCH_GATEWAY_VARS: expected NAME=value, got ${pair}`);
+        return `${pair.slice(0, at)}:${pair.slice(at + 1)}`;
+      }),
   };
 }
 
@@ -166,6 +176,7 @@ async function startServer(ctx, target, label) {
     `GENERIC_WEBHOOK_SECRET:${ctx.secret}`,
     "--var",
     `ADMIN_TOKEN:${ctx.adminToken}`,
+    ...(target === "gateway" ? ctx.config.gateway_vars.flatMap((v) => ["--var", v]) : []),
     "--env-file",
     ctx.emptyEnvFile,
     "--show-interactive-dev-session=false",
