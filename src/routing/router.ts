@@ -21,7 +21,7 @@ import {
   selectNextSessionEventAt,
   type InitialStatus,
 } from "../db/events";
-import { insertDelivery, recordDeliveryAttempt } from "../db/deliveries";
+import { insertDelivery, recordDeliveryAttempt, selectDelivery } from "../db/deliveries";
 import {
   dispatchRun,
   markRunFailed,
@@ -118,6 +118,8 @@ export class SessionRouter extends DurableObject<Env> {
   private alarmAt: number | null | undefined = undefined;
   /** Runs staged and then stored during this object's lifetime (no need to ask D1 again). */
   private readonly confirmedRuns = new Set<string>();
+  /** Command answers staged and then stored during this object's lifetime, likewise. */
+  private readonly confirmedAnswers = new Set<string>();
   /** Consecutive failures to read the live session in the alarm, for its own backoff. */
   private settleFailures = 0;
   /** The drain running now, if any (in the background of a request, or in the alarm). */
@@ -409,6 +411,7 @@ export class SessionRouter extends DurableObject<Env> {
         if (delivery) this.store.delete(delivery.work.deliveryId);
         continue;
       }
+      if (delivery) this.confirmedAnswers.add(delivery.work.deliveryId);
       if (fresh) {
         metrics.sessions_created += 1;
         this.adopt(entryFromNew(fresh, message, fresh.replaced));
@@ -712,27 +715,33 @@ export class SessionRouter extends DurableObject<Env> {
   private async drain(): Promise<void> {
     const started = clockNow();
     const running = new Map<string, { kind: OutboxItem["kind"]; done: Promise<void> }>();
-    for (;;) {
-      const now = clockNow();
-      if (now - started < DRAIN_WINDOW_MS) {
-        for (const item of this.store.due(now)) {
-          if (running.has(item.id)) continue;
-          // Lifecycle events go out one session at a time, in the order they were
-          // staged (an old session's end before its replacement's start).
-          if (item.kind === "events" && [...running.values()].some((r) => r.kind === "events")) continue;
-          const done = this.process(item, now)
-            .catch((error) => {
-              console.error("outbox item failed", item.kind, item.id, describe(error));
-              this.reschedule(item, describe(error), null, now);
-            })
-            .finally(() => running.delete(item.id));
-          running.set(item.id, { kind: item.kind, done });
+    try {
+      for (;;) {
+        const now = clockNow();
+        if (now - started < DRAIN_WINDOW_MS) {
+          for (const item of this.store.due(now)) {
+            if (running.has(item.id)) continue;
+            // Lifecycle events go out one session at a time, in the order they were
+            // staged (an old session's end before its replacement's start).
+            if (item.kind === "events" && [...running.values()].some((r) => r.kind === "events")) continue;
+            const done = this.process(item, now)
+              .catch((error) => {
+                console.error("outbox item failed", item.kind, item.id, describe(error));
+                this.reschedule(item, describe(error), null, now);
+              })
+              .finally(() => running.delete(item.id));
+            running.set(item.id, { kind: item.kind, done });
+          }
         }
+        if (running.size === 0) return;
+        const woken = new Promise<void>((resolve) => (this.wakeDrain = resolve));
+        await Promise.race([woken, ...[...running.values()].map((r) => r.done)]);
+        this.wakeDrain = null;
       }
-      if (running.size === 0) return;
-      const woken = new Promise<void>((resolve) => (this.wakeDrain = resolve));
-      await Promise.race([woken, ...[...running.values()].map((r) => r.done)]);
-      this.wakeDrain = null;
+    } finally {
+      // Should the drain fail (storage could not reschedule an item), it ends only
+      // when its items in flight have: the next drain must not start them again.
+      await Promise.allSettled([...running.values()].map((r) => r.done));
     }
   }
 
@@ -936,8 +945,28 @@ export class SessionRouter extends DurableObject<Env> {
     return { finished, added, delivery };
   }
 
+  /**
+   * A command's answer is staged before the command's D1 batch, like a run: it is
+   * sent only once that batch has stored it. Waiting for the lock lets a batch in
+   * flight finish (a failed one removes the item); after a restart, D1 says.
+   */
+  private async confirmAnswer(item: OutboxItem<DeliveryWork>): Promise<boolean> {
+    return this.mutex.run(async () => {
+      if (!this.store.get(item.id)) return false;
+      if (this.confirmedAnswers.has(item.id)) return true;
+      const [rows] = await this.db.batch(selectDelivery(item.payload.deliveryId));
+      if (rows.length === 0) {
+        this.store.delete(item.id);
+        return false;
+      }
+      this.confirmedAnswers.add(item.id);
+      return true;
+    });
+  }
+
   private async processDelivery(item: OutboxItem<DeliveryWork>, now: number): Promise<void> {
     const work = item.payload;
+    if (work.kind === "command" && !(await this.confirmAnswer(item))) return;
     const sender = senderFor(work.platform);
     const outcome = sender
       ? await sender.send(
