@@ -17,7 +17,7 @@ import { callJson } from "../http/outbound";
 import { metrics } from "../metrics";
 import { boundTranscript } from "./transcript";
 
-/** Attempts before an event is dead-lettered (about 23 minutes of retrying). */
+/** Attempts before an event is dead-lettered (about 19 minutes of retrying). */
 export const EVENT_MAX_ATTEMPTS = 12;
 /** How long a claim keeps others off an event while one attempt is under way. */
 export const EVENT_CLAIM_MS = 60_000;

@@ -23,6 +23,13 @@ import { sessionJson } from "./json";
 
 export const agentApi = new Hono<{ Bindings: Env }>();
 
+// An invalid configuration answers 500 naming the key on every route, before any
+// token is looked at (the routing object would otherwise report it as a 503).
+agentApi.use("*", async (c, next) => {
+  configOf(c.env);
+  await next();
+});
+
 const db = (env: Env) => new Database(env.DB, "background");
 
 /** The run named in the path, authorised by its own token. */

@@ -6,8 +6,9 @@
  * For each message it checks the entry's D1 row before reuse, applies the reset
  * policy against D1's own last activity, and stores the message in one D1 batch.
  * Work that follows the acknowledgement (the agent hand-off, the reply, lifecycle
- * events) is written to the object's outbox first and driven by the alarm, which
- * is also set no later than the live session's deadline.
+ * events) is written to the object's outbox first, then drained in the background
+ * of the request that staged it (OUTBOX_DRAIN=inline) or by the alarm, which is
+ * also set no later than the live session's deadline.
  */
 import { DurableObject } from "cloudflare:workers";
 import { now as clockNow } from "../clock";

@@ -321,3 +321,26 @@ describe("runs acting on sessions", () => {
     expect(ended.body).toMatchObject({ changed: true, session: { end_reason: "agent_close" } });
   });
 });
+
+it("answers 500 naming the key on every agent route while the configuration is invalid, and changes nothing", async () => {
+  const run = await dispatched(unique("chat"));
+  useConfig(agentConfig({ SESSION_RESET: `{"mode": "sometimes"}` }));
+  const calls: [string, unknown][] = [
+    [`/v1/runs/${run.runId}/heartbeat`, undefined],
+    [`/v1/runs/${run.runId}/progress`, { text: "working" }],
+    [`/v1/runs/${run.runId}/reply`, { text: "done" }],
+    [`/v1/sessions/${run.sessionId}/end`, { reason: "agent_close" }],
+    [`/v1/sessions/${run.sessionId}/rotate`, {}],
+  ];
+  for (const [path, body] of calls) {
+    const answer = await agentApi(path, run.token, body);
+    expect(answer.status, path).toBe(500);
+    expect(answer.body.error.code, path).toBe("invalid_config");
+    expect(answer.body.error.message, path).toContain("SESSION_RESET.mode");
+  }
+  const cron = await agentApi(`/v1/cron/runs`, AGENT_TOKEN, { job_id: "j", text: "t" });
+  expect(cron.status).toBe(500);
+  expect(await sessionRow(run.sessionId)).toMatchObject({ end_reason: null, message_count: 1 });
+  const stored = await env.DB.prepare(`SELECT finished_at FROM runs WHERE id = ?`).bind(run.runId).first<any>();
+  expect(stored.finished_at).toBeNull();
+});
