@@ -828,6 +828,9 @@ export class SessionRouter extends DurableObject<Env> {
           return this.reschedule(item, outcome.error, outcome.retryAfterMs, now);
         await this.db.batch(markRunFailed(work.runId, now, outcome.error));
         this.store.delete(item.id);
+        // A scheduled job's session has this one run: once it failed, the job is over.
+        if (work.message.platform === CRON_PLATFORM)
+          await this.mutex.run(() => this.endNow(work.sessionId, "cron_complete", clockNow()));
         return;
       }
       reply = outcome.text;

@@ -278,6 +278,19 @@ describe("scheduled jobs", () => {
     expect(ended.body).toMatchObject({ changed: true, session: { end_reason: "cron_complete" } });
   });
 
+  it("ends as cron_complete, finalized once, when the agent refuses the run for good", async () => {
+    services.restore();
+    services = fakeServices(() => new Response("bad request", { status: 400 }));
+    const response = await agentApi(`/v1/cron/runs`, AGENT_TOKEN, { job_id: "broken", text: "do it" });
+    const { run_id, session_id, session_key } = response.body;
+    await runAlarm(session_key);
+    expect(services.agentCalls()).toHaveLength(1);
+    const run = await env.DB.prepare(`SELECT failed_at FROM runs WHERE id = ?`).bind(run_id).first<any>();
+    expect(run.failed_at).toBe(T0);
+    expect(await sessionRow(session_id)).toMatchObject({ end_reason: "cron_complete" });
+    expect((await eventsOf(session_id)).filter((e) => e.type === "session.finalized")).toHaveLength(1);
+  });
+
   it("is authorised by AGENT_TOKEN only", async () => {
     expect((await agentApi(`/v1/cron/runs`, null, { job_id: "j", text: "t" })).status).toBe(401);
     expect((await agentApi(`/v1/cron/runs`, "nope", { job_id: "j", text: "t" })).status).toBe(401);
