@@ -12,12 +12,13 @@ import { selectRun, selectSessionOfRun, touchHeartbeat } from "../db/runs";
 import type { RunRow, SessionRow } from "../db/schema";
 import { selectSession } from "../db/sessions";
 import { END_REASONS } from "../domain/end-reasons";
-import { ownership } from "../domain/ownership";
+import { ownership, type Ownership } from "../domain/ownership";
+import { expiryReason, resolvePolicy } from "../domain/reset-policy";
 import { cronSessionKey } from "../domain/session-key";
 import { apiError } from "../http/errors";
 import { newId } from "../ids";
 import { routerFor } from "../routing/client";
-import { bearer, requireRunToken, requireToken } from "./auth";
+import { requireRunToken, requireToken } from "./auth";
 import { parseJsonBody } from "./body";
 import { sessionJson } from "./json";
 
@@ -32,16 +33,19 @@ agentApi.use("*", async (c, next) => {
 
 const db = (env: Env) => new Database(env.DB, "background");
 
-/** The run named in the path, authorised by its own token. */
+/**
+ * The run named in the path, authorised by its own token. The token is checked
+ * first (401, or 403 for a valid token of another kind), then the id (404), then
+ * that the token is this run's (403), as on the session routes.
+ */
 async function authorisedRun(c: Context<{ Bindings: Env }>): Promise<{ run: RunRow; session: SessionRow }> {
   const runId = c.req.param("id")!;
-  if (!bearer(c)) throw apiError(401, "unauthorized", "missing bearer run token");
+  const holder = await requireRunToken(c);
   const database = db(c.env);
   const [runs, sessions] = await database.batch(selectRun(database, runId), selectSessionOfRun(runId));
   const run = runs[0];
   const session = sessions[0];
   if (!run || !session) throw apiError(404, "not_found", `no run ${runId}`);
-  const holder = await requireRunToken(c);
   if (holder.id !== run.id) throw apiError(403, "forbidden", "this token belongs to another run");
   return { run, session };
 }
@@ -50,6 +54,11 @@ agentApi.post("/runs/:id/heartbeat", async (c) => {
   const { run, session } = await authorisedRun(c);
   const state = ownership({ run, session });
   if (!state.owns) return c.json(state, 409);
+  // Past its deadline the session is over, even before its alarm has ended it.
+  const policy = resolvePolicy(configOf(c.env).reset, session.platform, session.chatType);
+  if (expiryReason(policy, session.lastActiveAt, now()) !== null) {
+    return c.json({ owns: false, reason: "session_ended" } satisfies Ownership, 409);
+  }
   const database = db(c.env);
   await database.batch(touchHeartbeat(run.id, now()));
   return c.json({ owns: true });

@@ -1147,6 +1147,12 @@ export class SessionRouter extends DurableObject<Env> {
         const { run, session } = found;
         const state = ownership({ run, session });
         if (!state.owns) return notOwned(state.reason);
+        // Past its deadline (the alarm has not run yet): end it by its policy now.
+        if (expiryReason(this.policy(session.platform, session.chatType), session.lastActiveAt, now)) {
+          const next = await this.settleRow(session, now);
+          if (this.entry?.sessionId === session.id) this.liveDeadline = next;
+          return notOwned("session_ended");
+        }
         const target = JSON.parse(run.replyTo) as ReplyTarget;
         const sender = senderFor(target.platform);
         const env = effectiveEnv(this.env);

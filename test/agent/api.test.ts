@@ -108,6 +108,9 @@ describe("tokens", () => {
     ).toBe(403);
     expect((await agentApi(`/v1/runs/${a.runId}/heartbeat`, b.token)).status).toBe(403);
     expect((await agentApi(`/v1/runs/run_unknown/heartbeat`, a.token)).status).toBe(404);
+    // The token is checked before the id: an unknown run with a bad token is a 401.
+    expect((await agentApi(`/v1/runs/run_unknown/heartbeat`, "run_unknown.guess")).status).toBe(401);
+    expect((await agentApi(`/v1/runs/run_unknown/heartbeat`, null)).status).toBe(401);
     expect((await agentApi(`/v1/runs/${a.runId}/reply`, b.token, { text: "not mine" })).status).toBe(403);
     expect((await agentApi(`/v1/sessions/${a.sessionId}/end`, b.token, {})).status).toBe(403);
     expect((await agentApi(`/v1/sessions/${a.sessionId}/end`, `${a.runId}.wrong`, {})).status).toBe(401);
@@ -158,6 +161,20 @@ describe("progress", () => {
     const posted = await agentApi(`/v1/runs/${run.runId}/progress`, run.token, { text: "still working" });
     expect(posted).toEqual({ status: 409, body: { owns: false, reason: "superseded" } });
     expect(services.replies()).toHaveLength(before);
+  });
+
+  it("past the session's deadline, before its alarm ran: 409 session_ended, nothing sent, and the session ends by its policy once", async () => {
+    const chat = unique("chat");
+    const run = await dispatched(chat);
+    setNow(T0 + 61 * 60_000); // idle_minutes is 60; the alarm has not run
+    expect(await heartbeat(run)).toEqual({ status: 409, body: { owns: false, reason: "session_ended" } });
+    expect(await sessionRow(run.sessionId)).toMatchObject({ end_reason: null }); // the heartbeat only reads
+    const posted = await agentApi(`/v1/runs/${run.runId}/progress`, run.token, { text: "still working" });
+    expect(posted).toEqual({ status: 409, body: { owns: false, reason: "session_ended" } });
+    expect(services.replies()).toEqual([]);
+    expect(await sessionRow(run.sessionId)).toMatchObject({ end_reason: "idle" });
+    await runAlarm(genericKey(chat));
+    expect((await eventsOf(run.sessionId)).filter((e) => e.type === "session.finalized")).toHaveLength(1);
   });
 });
 
