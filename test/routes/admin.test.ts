@@ -218,10 +218,13 @@ describe("metrics and health", () => {
     expect(after.d1_rows_written_ingress - before.d1_rows_written_ingress).toBeGreaterThan(0);
   });
 
-  it("GET /healthz answers 200 without a token", async () => {
+  it("GET /healthz answers 200 without a token; its D1 probe is counted in the metrics", async () => {
+    const metrics = async () => (await (await adminFetch("/admin/metrics")).json()) as any;
+    const before = await metrics();
     const response = await exports.default.fetch(new Request(`${BASE}/healthz`));
     expect(response.status).toBe(200);
     expect(await response.json()).toEqual({ ok: true });
+    expect((await metrics()).d1_queries - before.d1_queries).toBe(1);
   });
 
   it("GET /healthz names an invalid configuration key", async () => {
