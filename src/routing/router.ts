@@ -65,6 +65,7 @@ import { describe } from "../http/outbound";
 import { newId } from "../ids";
 import { countEnded, metrics } from "../metrics";
 import { senderFor } from "../platforms";
+import { BoundedSet } from "./bounded-set";
 import { Mutex } from "./mutex";
 import { notFound, notOwned, unavailable, type AcceptedBody, type EntryView, type RpcResult } from "./results";
 import {
@@ -99,6 +100,11 @@ const DRAIN_WINDOW_MS = 60_000;
  * an alarm per burst, not per message.
  */
 const INLINE_GRACE_MS = 10_000;
+/**
+ * What an object remembers of staged work it saw stored. A cache: anything it has
+ * forgotten is asked of D1 again, so a busy object that is never evicted stays small.
+ */
+const CONFIRMED_CACHE_SIZE = 1_000;
 /** Hand-offs are retried for a day; after that the run is marked failed. */
 const RUN_GIVE_UP_MS = 24 * 60 * 60_000;
 /** Platform deliveries are retried this many times before they are marked failed. */
@@ -117,10 +123,10 @@ export class SessionRouter extends DurableObject<Env> {
   private liveDeadline: number | null | undefined = undefined;
   /** The alarm as last set (undefined until read after a wake). */
   private alarmAt: number | null | undefined = undefined;
-  /** Runs staged and then stored during this object's lifetime (no need to ask D1 again). */
-  private readonly confirmedRuns = new Set<string>();
-  /** Command answers staged and then stored during this object's lifetime, likewise. */
-  private readonly confirmedAnswers = new Set<string>();
+  /** Runs staged and then stored while this object is in memory (no need to ask D1 again). */
+  private readonly confirmedRuns = new BoundedSet(CONFIRMED_CACHE_SIZE);
+  /** Command answers staged and then stored while this object is in memory, likewise. */
+  private readonly confirmedAnswers = new BoundedSet(CONFIRMED_CACHE_SIZE);
   /** Consecutive failures to read the live session in the alarm, for its own backoff. */
   private settleFailures = 0;
   /** The drain running now, if any (in the background of a request, or in the alarm). */
