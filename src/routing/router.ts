@@ -680,12 +680,14 @@ export class SessionRouter extends DurableObject<Env> {
     sessionId: string,
     reason: EndReason,
     now: number,
+    alongside: Statement<number>[] = [],
   ): Promise<{ changed: boolean; row: SessionRow | null }> {
     const [changed, , , , , rows] = await this.db.batch(
       endLive(sessionId, reason, isRecoverable(reason), now),
       revokeRuns(sessionId),
       ...endedEvents(sessionId, now, this.eventStatus),
       selectSession(this.db, sessionId),
+      ...alongside,
     );
     const row = rows[0] ?? null;
     if (changed === 1 && row) {
@@ -782,7 +784,6 @@ export class SessionRouter extends DurableObject<Env> {
     this.store.put({ ...current, attempts, lastError: error, dueAt: now + backoffDelay(attempts, retryAfterMs) });
   }
 
-  /** A staged run whose storing this object did not see finish (it restarted): did D1 keep it? */
   /**
    * The run as it stands once its storing has finished (under the lock, so a route
    * call that staged it is done): its payload read again, since storing may have
@@ -832,11 +833,13 @@ export class SessionRouter extends DurableObject<Env> {
         const expired = now - item.createdAt > RUN_GIVE_UP_MS;
         if (outcome.kind === "retry" && !expired)
           return this.reschedule(item, outcome.error, outcome.retryAfterMs, now);
-        await this.db.batch(markRunFailed(work.runId, now, outcome.error));
-        this.store.delete(item.id);
-        // A scheduled job's session has this one run: once it failed, the job is over.
+        const failed = markRunFailed(work.runId, now, outcome.error);
+        // A scheduled job's session has this one run: once it failed, the job is over,
+        // and both are recorded in one batch (a failed batch is retried as a whole).
         if (work.message.platform === CRON_PLATFORM)
-          await this.mutex.run(() => this.endNow(work.sessionId, "cron_complete", clockNow()));
+          await this.mutex.run(() => this.endNow(work.sessionId, "cron_complete", clockNow(), [failed]));
+        else await this.db.batch(failed);
+        this.store.delete(item.id);
         return;
       }
       reply = outcome.text;
