@@ -14,6 +14,18 @@ export interface NewRun {
   createdAt: number;
 }
 
+/** The columns a new run is inserted with, and their values in that order. */
+const RUN_COLUMNS = "id, session_id, session_key, event_id, token_hash, reply_to, created_at";
+const runValues = (run: NewRun) => [
+  run.id,
+  run.sessionId,
+  run.sessionKey,
+  run.eventId,
+  run.tokenHash,
+  run.replyTo,
+  run.createdAt,
+];
+
 /**
  * Makes a run its session's current run (spec: the latest one dispatched), only
  * while the session is live; a run whose session ended before its hand-off is
@@ -21,17 +33,7 @@ export interface NewRun {
  */
 export function dispatchRun(run: NewRun, now: number): Statement<number>[] {
   return [
-    exec(
-      `INSERT INTO runs (id, session_id, session_key, event_id, token_hash, reply_to, created_at)
-        VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING`,
-      run.id,
-      run.sessionId,
-      run.sessionKey,
-      run.eventId,
-      run.tokenHash,
-      run.replyTo,
-      run.createdAt,
-    ),
+    exec(`INSERT INTO runs (${RUN_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING`, ...runValues(run)),
     exec(
       `UPDATE sessions SET current_run_id = ? WHERE id = ? AND end_reason IS NULL
         AND NOT EXISTS (SELECT 1 FROM runs WHERE id = ? AND (dispatched_at IS NOT NULL OR revoked_reason IS NOT NULL))`,
@@ -228,16 +230,9 @@ export function recordReply(reply: ReplyRecord): Statement<unknown>[] {
 export function recordInstantTurn(run: NewRun, reply: ReplyRecord): Statement<unknown>[] {
   return [
     exec(
-      `INSERT INTO runs (id, session_id, session_key, event_id, token_hash, reply_to, created_at, dispatched_at,
-          finished_at, reply_text)
+      `INSERT INTO runs (${RUN_COLUMNS}, dispatched_at, finished_at, reply_text)
         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING`,
-      run.id,
-      run.sessionId,
-      run.sessionKey,
-      run.eventId,
-      run.tokenHash,
-      run.replyTo,
-      run.createdAt,
+      ...runValues(run),
       reply.now,
       reply.now,
       reply.text,

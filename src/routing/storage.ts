@@ -98,27 +98,22 @@ export class RouterStorage {
 
   /** Adds a new item (a plain insert: an upsert costs SQLite a second row written). */
   add(item: OutboxItem): void {
-    this.run(
-      `INSERT INTO outbox (id, kind, payload, due_at, attempts, last_error, created_at, seq)
-        VALUES (?, ?, ?, ?, ?, ?, ?, ?)`,
-      item.id,
-      item.kind,
-      JSON.stringify(item.payload),
-      item.dueAt,
-      item.attempts,
-      item.lastError,
-      item.createdAt,
-      ++this.lastSeq,
-    );
+    this.insert(item, "");
   }
 
   /** Writes an item, replacing the one with its id. */
   put(item: OutboxItem): void {
+    this.insert(
+      item,
+      `ON CONFLICT (id) DO UPDATE SET kind = excluded.kind, payload = excluded.payload, due_at = excluded.due_at,
+        attempts = excluded.attempts, last_error = excluded.last_error`,
+    );
+  }
+
+  private insert(item: OutboxItem, onConflict: string): void {
     this.run(
       `INSERT INTO outbox (id, kind, payload, due_at, attempts, last_error, created_at, seq)
-        VALUES (?, ?, ?, ?, ?, ?, ?, ?)
-        ON CONFLICT (id) DO UPDATE SET kind = excluded.kind, payload = excluded.payload, due_at = excluded.due_at,
-          attempts = excluded.attempts, last_error = excluded.last_error`,
+        VALUES (?, ?, ?, ?, ?, ?, ?, ?) ${onConflict}`,
       item.id,
       item.kind,
       JSON.stringify(item.payload),
