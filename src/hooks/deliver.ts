@@ -15,6 +15,7 @@ import { selectMessages } from "../db/sessions";
 import { backoffDelay } from "../http/backoff";
 import { callJson } from "../http/outbound";
 import { metrics } from "../metrics";
+import { standardWebhookHeaders } from "./standard-webhooks";
 import { boundTranscript } from "./transcript";
 
 /** Attempts before an event is dead-lettered (about 19 minutes of retrying). */
@@ -50,13 +51,15 @@ export async function attemptEvent(
   const delivered = new Set<string>(JSON.parse(event.deliveredTo) as string[]);
   const body = await eventBody(db, event);
   const signature = `sha256=${await hmacSha256Hex(config.hookSecret ?? "", body)}`;
+  // Standard Webhooks: the event id as webhook-id, this attempt's time as its timestamp.
+  const standard = await standardWebhookHeaders(config.hookSecret ?? "", event.id, now, body);
   let lastStatus: number | null = null;
   let lastError: string | null = null;
   let retryAfterMs: number | null = null;
   for (const url of config.hookUrls) {
     if (delivered.has(url)) continue;
     const outcome = await callJson(url, body, {
-      headers: { "x-sessiongate-event": event.id, "x-sessiongate-signature": signature },
+      headers: { "x-sessiongate-event": event.id, "x-sessiongate-signature": signature, ...standard },
       timeoutMs: HOOK_TIMEOUT_MS,
     });
     lastStatus = outcome.status;

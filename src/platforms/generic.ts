@@ -8,7 +8,10 @@ import { verifyHmacSha256Hex } from "../crypto";
 import type { InboundMessage } from "../domain/inbound";
 import { CHAT_TYPES } from "../domain/session-key";
 import { apiError } from "../http/errors";
+import { standardWebhookHeaders } from "../hooks/standard-webhooks";
 import { callJson } from "../http/outbound";
+import { now } from "../clock";
+import { newId } from "../ids";
 import { parseJsonBytes, validationError } from "./parse";
 import type { PlatformAdapter } from "./types";
 
@@ -89,7 +92,13 @@ export const generic: PlatformAdapter<{ secret: string }> = {
         text: message.text,
       };
       if (message.notice) body.notice = message.notice;
-      const { ok, retryable, retryAfterMs, status, error } = await callJson(config.genericReplyUrl, body, {
+      // Signed by Standard Webhooks with GENERIC_WEBHOOK_SECRET: the delivery id as webhook-id.
+      const payload = JSON.stringify(body);
+      const headers = config.genericWebhookSecret
+        ? await standardWebhookHeaders(config.genericWebhookSecret, message.deliveryId ?? newId("dl"), now(), payload)
+        : undefined;
+      const { ok, retryable, retryAfterMs, status, error } = await callJson(config.genericReplyUrl, payload, {
+        headers,
         timeoutMs: 10_000,
       });
       return { ok, retryable, retryAfterMs, status, error };

@@ -17,6 +17,8 @@ export interface OutboundMessage {
   sessionId: string;
   /** The inbound event this answers. */
   eventId: string | null;
+  /** The delivery's own id, the same on every attempt (Standard Webhooks `webhook-id` of generic replies). */
+  deliveryId?: string;
   target: ReplyTarget;
 }
 

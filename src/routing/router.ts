@@ -990,6 +990,7 @@ export class SessionRouter extends DurableObject<Env> {
             sessionKey: work.sessionKey,
             sessionId: work.sessionId,
             eventId: work.eventId,
+            deliveryId: work.deliveryId,
             target: work.target,
           },
           this.config,
@@ -1166,6 +1167,7 @@ export class SessionRouter extends DurableObject<Env> {
         const sender = senderFor(target.platform);
         const env = effectiveEnv(this.env);
         if (!sender?.canDeliver(target, this.config, env)) return { status: 200, body: { owns: true, sent: false } };
+        const deliveryId = newId("dl");
         const outcome = await sender.send(
           {
             kind: "progress",
@@ -1174,6 +1176,7 @@ export class SessionRouter extends DurableObject<Env> {
             sessionKey: session.sessionKey,
             sessionId: session.id,
             eventId: run.eventId,
+            deliveryId,
             target,
           },
           this.config,
@@ -1181,7 +1184,7 @@ export class SessionRouter extends DurableObject<Env> {
         );
         await this.db.batch(
           insertDelivery({
-            id: newId("dl"),
+            id: deliveryId,
             sessionId: session.id,
             runId,
             eventId: run.eventId,
