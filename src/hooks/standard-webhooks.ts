@@ -14,7 +14,7 @@ const keys = new Map<string, Promise<CryptoKey>>();
 
 /** The HMAC key bytes of a secret: base64-decoded after `whsec_`, else its UTF-8 bytes. */
 export function standardWebhookKeyBytes(secret: string): Uint8Array<ArrayBuffer> {
-  if (!secret.startsWith(WHSEC)) return encoder.encode(secret);
+  if (!secret.startsWith(WHSEC)) return new Uint8Array(encoder.encode(secret));
   const binary = atob(secret.slice(WHSEC.length));
   return Uint8Array.from(binary, (c) => c.charCodeAt(0));
 }
