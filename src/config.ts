@@ -4,6 +4,7 @@
  * key, never a silent default; an unset optional value means "off".
  */
 import { resetConfigSchema, type ResetConfig } from "./domain/reset-policy";
+import { registerSecrets } from "./log";
 
 export class ConfigError extends Error {
   constructor(
@@ -177,7 +178,9 @@ export function configOf(env: object): Config {
   let entry = cache.get(source);
   if (!entry) {
     try {
-      entry = parseConfig(overrides ? { ...(env as ConfigEnv), ...overrides.vars } : (env as ConfigEnv));
+      const vars = overrides ? { ...(env as ConfigEnv), ...overrides.vars } : (env as ConfigEnv);
+      registerSecrets(vars); // no log line may ever carry one of them
+      entry = parseConfig(vars);
     } catch (error) {
       if (!(error instanceof ConfigError)) throw error;
       entry = error;

@@ -8,6 +8,7 @@ import type { InboundMessage } from "./domain/inbound";
 import { buildSessionKey } from "./domain/session-key";
 import { describe } from "./http/outbound";
 import { errorBody } from "./http/errors";
+import { log } from "./log";
 import { routerFor } from "./routing/client";
 import type { AcceptedBody, RpcResult } from "./routing/results";
 
@@ -24,12 +25,31 @@ export function sessionKeyOf(message: InboundMessage, config: Config): string {
   );
 }
 
-export async function ingest(env: Env, config: Config, message: InboundMessage): Promise<RpcResult<AcceptedBody>> {
+/**
+ * Routes one message and writes its one log line: the routing decision (append,
+ * reopen, fresh, promoted, duplicate, command) and how long the routing object took.
+ */
+export async function ingest(
+  env: Env,
+  config: Config,
+  message: InboundMessage,
+  requestId: string | null = null,
+): Promise<RpcResult<AcceptedBody>> {
   const sessionKey = sessionKeyOf(message, config);
+  const started = Date.now();
+  const fields = { request_id: requestId, session_key: sessionKey, platform: message.platform };
   try {
-    return await routerFor(env, sessionKey).route({ ...message, sessionKey });
+    const result = await routerFor(env, sessionKey).route({ ...message, sessionKey });
+    const ms = Date.now() - started;
+    if (result.status === 200) {
+      const { decision, ...body } = result.body;
+      log.info("message routed", { ...fields, decision, session_id: body.session_id, ms });
+      return { status: 200, body };
+    }
+    log.warn("message not routed", { ...fields, status: result.status, ms });
+    return result;
   } catch (error) {
-    console.error("routing object unreachable", sessionKey, describe(error));
+    log.error("routing object unreachable", { ...fields, error: describe(error), ms: Date.now() - started });
     return { status: 503, body: errorBody("unavailable", "routing unavailable, retry later") };
   }
 }

@@ -19,6 +19,7 @@ import { selectSweepDue } from "./db/sessions";
 import { dayOf } from "./db/sql-lists";
 import { attemptEvent } from "./hooks/deliver";
 import { describe } from "./http/outbound";
+import { log } from "./log";
 import { routerFor } from "./routing/client";
 
 /** Dedupe marks are kept for whole UTC days: the current one and the two before it (48 to 72 hours). */
@@ -47,7 +48,11 @@ export async function sweep(env: Env, scheduledTime: number = clockNow()): Promi
         report.sessionsChecked += 1;
       } catch (error) {
         report.failures += 1;
-        console.error("sweep: could not check session", row.id, describe(error));
+        log.error("sweep: could not check session", {
+          session_key: row.session_key,
+          session_id: row.id,
+          error: describe(error),
+        });
       }
     }),
   );
@@ -60,7 +65,11 @@ export async function sweep(env: Env, scheduledTime: number = clockNow()): Promi
         report.eventsAttempted += 1;
       } catch (error) {
         report.failures += 1;
-        console.error("sweep: event attempt failed", event.id, describe(error));
+        log.error("sweep: event attempt failed", {
+          session_id: event.sessionId,
+          event_id: event.id,
+          error: describe(error),
+        });
       }
     }
   }

@@ -14,6 +14,7 @@ import type { EventRow } from "../db/schema";
 import { selectMessages } from "../db/sessions";
 import { backoffDelay } from "../http/backoff";
 import { callJson } from "../http/outbound";
+import { errorSummary, log } from "../log";
 import { metrics } from "../metrics";
 import { standardWebhookHeaders } from "./standard-webhooks";
 import { boundTranscript } from "./transcript";
@@ -68,6 +69,16 @@ export async function attemptEvent(
       continue;
     }
     metrics.events_failed += 1;
+    log.warn("event delivery failed", {
+      session_id: event.sessionId,
+      event_id: event.id,
+      type: event.type,
+      hook: url, // the logger cuts a URL that carries a credential down to its origin
+      attempt: attempts,
+      status: outcome.status,
+      will_retry: attempts < EVENT_MAX_ATTEMPTS,
+      error: errorSummary(outcome.error),
+    });
     lastError = `${url}: ${outcome.error ?? "failed"}`;
     // Even a 4xx is retried on the schedule: a receiver can be fixed by its
     // operator, and the cap dead-letters the event if it is not.

@@ -6,6 +6,7 @@ import type { Context } from "hono";
 import { HTTPException } from "hono/http-exception";
 import type { ContentfulStatusCode } from "hono/utils/http-status";
 import { ConfigError } from "../config";
+import { log, requestIdOf } from "../log";
 
 export function errorBody(code: string, message: string) {
   return { error: { code, message } };
@@ -26,10 +27,10 @@ export function renderError(error: Error, c: Context): Response {
     return c.json(errorBody(codeFor(error.status), error.message || "request refused"), error.status);
   }
   if (error instanceof ConfigError) {
-    console.error("invalid configuration", error.message);
+    log.error("invalid configuration", { request_id: requestIdOf(c.req.raw), key: error.key, error: error.message });
     return c.json(errorBody("invalid_config", error.message), 500);
   }
-  console.error("unhandled error", error);
+  log.error("unhandled error", { request_id: requestIdOf(c.req.raw), path: c.req.path, error });
   return c.json(errorBody("internal", "internal error"), 500);
 }
 

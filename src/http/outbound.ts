@@ -2,6 +2,7 @@
  * Outbound HTTP for the agent, hooks and platform APIs: one POST with a timeout,
  * classified so that callers decide between done, retry later and give up.
  */
+import { log } from "../log";
 export interface CallOutcome {
   /** 2xx. */
   ok: boolean;
@@ -36,7 +37,7 @@ export async function callJson(url: string, body: unknown, options: CallOptions)
   }
   const raw = await response.text().catch((error: unknown) => {
     // The status still counts; only the body (error codes, retry hints) is lost.
-    console.warn("could not read the response body", url, describe(error));
+    log.warn("could not read the response body", { url, status: response.status, error: describe(error) });
     return "";
   });
   let json: unknown = null;

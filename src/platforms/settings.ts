@@ -4,6 +4,7 @@
  */
 import { ConfigError } from "../config";
 import { describe } from "../http/outbound";
+import { log } from "../log";
 import type { PlatformEnv, SendOutcome } from "./types";
 
 function read(env: PlatformEnv, key: string): string | null {
@@ -47,7 +48,7 @@ export function settingsForSending<S>(
   try {
     return read(env);
   } catch (error) {
-    console.error(`${platform} replies not sent: invalid configuration`, describe(error));
+    log.error("replies not sent: invalid configuration", { platform, error: describe(error) });
     return null;
   }
 }

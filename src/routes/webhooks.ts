@@ -9,6 +9,7 @@ import { bodyLimit } from "hono/body-limit";
 import { configOf, effectiveEnv } from "../config";
 import { apiError, errorBody } from "../http/errors";
 import { ingest } from "../ingress";
+import { requestIdOf } from "../log";
 import { ADAPTERS } from "../platforms";
 import type { RoutedOutcome, WebhookAnswer } from "../platforms/types";
 
@@ -52,7 +53,7 @@ for (const adapter of ADAPTERS) {
     if (verdict.kind === "answer") return respond(verdict.answer);
     const outcomes: RoutedOutcome[] = [];
     for (const message of verdict.messages) {
-      const result = await ingest(c.env, config, message);
+      const result = await ingest(c.env, config, message, requestIdOf(c.req.raw));
       if (result.status !== 200) return c.json(result.body, result.status);
       outcomes.push({
         message,

@@ -30,7 +30,12 @@ export interface AcceptedBody {
   duplicate: boolean;
   /** A command's answer, for platforms that give it in the webhook's own response. */
   command_reply?: string;
+  /** How the message was routed (logged by ingress; platforms never see it). */
+  decision?: RoutingDecisionName;
 }
+
+/** The routing decision a message met: the one log line per routed message names it. */
+export type RoutingDecisionName = "append" | "reopen" | "fresh" | "promoted" | "duplicate" | "command";
 
 /** 409 `{"owns": false, "reason"}`: the run is not (or no longer) the session's current run. */
 export interface NotOwnedBody {

@@ -62,12 +62,21 @@ import { echoAgent } from "../agent/echo";
 import { attemptEvent } from "../hooks/deliver";
 import { backoffDelay } from "../http/backoff";
 import { describe } from "../http/outbound";
+import { errorSummary, log } from "../log";
 import { newId } from "../ids";
 import { countEnded, metrics } from "../metrics";
 import { senderFor } from "../platforms";
 import { BoundedSet } from "./bounded-set";
 import { Mutex } from "./mutex";
-import { notFound, notOwned, unavailable, type AcceptedBody, type EntryView, type RpcResult } from "./results";
+import {
+  notFound,
+  notOwned,
+  unavailable,
+  type AcceptedBody,
+  type EntryView,
+  type RoutingDecisionName,
+  type RpcResult,
+} from "./results";
 import {
   agentRequest,
   deliveryWork,
@@ -91,6 +100,14 @@ export const RUN_LEASE_MS = 10 * 60_000;
 
 /** A message is never stored after this many conflicting rereads; the platform retries instead. */
 const MAX_ROUTING_ATTEMPTS = 3;
+
+/** Where a routed message went, and which routing decision took it there (logged per message). */
+interface StoredMessage {
+  sessionId: string;
+  duplicate: boolean;
+  work: RunWork;
+  decision: Exclude<RoutingDecisionName, "command">;
+}
 /** How long one drain keeps picking up newly due outbox items while others are in flight. */
 const DRAIN_WINDOW_MS = 60_000;
 /**
@@ -166,9 +183,12 @@ export class SessionRouter extends DurableObject<Env> {
       const policy = this.policy(routed.platform, routed.chatType);
       const command = parseCommand(routed.text);
       try {
-        return command ? await this.runCommand(command, routed, policy) : await this.storeAndStage(routed, policy);
+        if (!command) return await this.storeAndStage(routed, policy);
+        const answered = await this.runCommand(command, routed, policy);
+        if (answered.status === 200) answered.body.decision = "command";
+        return answered;
       } catch (error) {
-        console.error("route failed", routed.sessionKey, describe(error));
+        log.error("route failed", { session_key: routed.sessionKey, error: describe(error) });
         return unavailable(error);
       } finally {
         await this.rearm(routed.receivedAt);
@@ -196,22 +216,23 @@ export class SessionRouter extends DurableObject<Env> {
       message,
     };
     this.stage(work.runId, "run", work, now);
-    let stored: { sessionId: string; duplicate: boolean; work: RunWork };
+    let stored: StoredMessage;
     try {
       stored = await this.storeMessage(message, work, policy);
     } catch (error) {
       this.store.delete(work.runId);
       throw error;
     }
+    const decision = stored.decision;
     if (stored.duplicate) {
       this.store.delete(work.runId);
       metrics.duplicates += 1;
-      return { status: 200, body: { accepted: true, session_id: stored.sessionId, duplicate: true } };
+      return { status: 200, body: { accepted: true, session_id: stored.sessionId, duplicate: true, decision } };
     }
     if (stored.work !== work) this.store.put({ ...this.store.get(work.runId)!, payload: stored.work });
     this.confirmedRuns.add(work.runId);
     metrics.messages_routed += 1;
-    return { status: 200, body: { accepted: true, session_id: stored.sessionId, duplicate: false } };
+    return { status: 200, body: { accepted: true, session_id: stored.sessionId, duplicate: false, decision } };
   }
 
   /**
@@ -220,11 +241,7 @@ export class SessionRouter extends DurableObject<Env> {
    * a duplicate) rereads the row and decides, and a conditional statement that
    * misses sends it round again.
    */
-  private async storeMessage(
-    message: RoutedMessage,
-    work: RunWork,
-    policy: ResetPolicy,
-  ): Promise<{ sessionId: string; duplicate: boolean; work: RunWork }> {
+  private async storeMessage(message: RoutedMessage, work: RunWork, policy: ResetPolicy): Promise<StoredMessage> {
     const now = message.receivedAt;
     const since = liveSince(policy, now);
     const userMessage = toUserMessage(message, work.runId);
@@ -236,7 +253,7 @@ export class SessionRouter extends DurableObject<Env> {
         // The staged context was predicted from this same entry, so it stands as written.
         if (this.entry.firstRunPending) this.adopt({ ...this.entry, firstRunPending: false });
         this.markActive(policy, now);
-        return { sessionId: this.entry.sessionId, duplicate: false, work };
+        return { sessionId: this.entry.sessionId, duplicate: false, work, decision: "append" };
       }
     } else {
       // No entry most often means a brand-new key: start its first session in the same
@@ -248,7 +265,7 @@ export class SessionRouter extends DurableObject<Env> {
         selectNewestForKey(ingress, message.sessionKey),
         selectDedupe(message.platform, message.eventId, now),
       );
-      if (results[0] === 1) return this.started(session, message, null, work, policy, now);
+      if (results[0] === 1) return { ...this.started(session, message, null, work, policy, now), decision: "fresh" };
       alreadyRead = [results.at(-2) as SessionRow[], results.at(-1) as DedupeMark[]];
     }
     for (let attempt = 0; attempt < MAX_ROUTING_ATTEMPTS; attempt++) {
@@ -259,7 +276,7 @@ export class SessionRouter extends DurableObject<Env> {
           selectDedupe(message.platform, message.eventId, now),
         ));
       alreadyRead = null;
-      if (seen[0]) return { sessionId: seen[0].session_id ?? "", duplicate: true, work };
+      if (seen[0]) return { sessionId: seen[0].session_id ?? "", duplicate: true, work, decision: "duplicate" };
       const row = rows[0] ?? null;
       const decision = decide(row, policy, now);
       if (decision.kind === "append" || decision.kind === "reopen") {
@@ -271,7 +288,12 @@ export class SessionRouter extends DurableObject<Env> {
         if (results[reopen.length] !== 1) continue;
         this.adopt(entryFromRow(row!, message));
         this.markActive(policy, now);
-        return { sessionId: row!.id, duplicate: false, work: this.claimFirstRun({ ...work, sessionId: row!.id }) };
+        return {
+          sessionId: row!.id,
+          duplicate: false,
+          work: this.claimFirstRun({ ...work, sessionId: row!.id }),
+          decision: decision.kind,
+        };
       }
       const session = this.freshSession(message, row, decision.replaced, policy, now);
       const statements: Statement<number>[] = [];
@@ -288,7 +310,9 @@ export class SessionRouter extends DurableObject<Env> {
       if (decision.expire && results[0] === 1) countEnded(decision.expire.reason);
       if (row) this.stageEvents(row.id, now);
       if (results[insertAt] !== 1) continue;
-      return this.started(session, message, decision.replaced, work, policy, now);
+      // "promoted": the old session was past its deadline and this message ended it.
+      const kind = decision.expire ? "promoted" : "fresh";
+      return { ...this.started(session, message, decision.replaced, work, policy, now), decision: kind };
     }
     throw new Error(`routing did not settle after ${MAX_ROUTING_ATTEMPTS} attempts`);
   }
@@ -529,7 +553,7 @@ export class SessionRouter extends DurableObject<Env> {
         this.activeDrain = null;
         await this.mutex
           .run(() => this.rearm(clockNow()))
-          .catch((error) => console.error("could not re-arm after draining", describe(error)));
+          .catch((error) => log.error("could not re-arm after draining", { error: describe(error) }));
       }
     })();
     return this.activeDrain;
@@ -541,7 +565,9 @@ export class SessionRouter extends DurableObject<Env> {
     const target = Math.max(at, clockNow() + 1);
     if (this.alarmAt !== null && this.alarmAt !== undefined && this.alarmAt <= target) return;
     this.alarmAt = target;
-    this.ctx.storage.setAlarm(target).catch((error) => console.error("could not set the alarm", describe(error)));
+    this.ctx.storage
+      .setAlarm(target)
+      .catch((error) => log.error("could not set the alarm", { error: describe(error) }));
   }
 
   /** Queues delivery of a session's pending lifecycle events (a no-op when it has none). */
@@ -587,7 +613,10 @@ export class SessionRouter extends DurableObject<Env> {
       .catch((error) => {
         this.settleFailures += 1;
         this.liveDeadline = undefined;
-        console.error("alarm: could not check the live session", describe(error));
+        log.error("alarm: could not check the live session", {
+          session_key: this.entry?.sessionKey,
+          error: describe(error),
+        });
       });
     await this.runDrain();
     await this.mutex.run(() => this.rearm(clockNow()));
@@ -735,7 +764,7 @@ export class SessionRouter extends DurableObject<Env> {
             if (item.kind === "events" && [...running.values()].some((r) => r.kind === "events")) continue;
             const done = this.process(item, now)
               .catch((error) => {
-                console.error("outbox item failed", item.kind, item.id, describe(error));
+                log.error("outbox item failed", { kind: item.kind, item_id: item.id, error: describe(error) });
                 this.reschedule(item, describe(error), null, now);
               })
               .finally(() => running.delete(item.id));
@@ -831,6 +860,14 @@ export class SessionRouter extends DurableObject<Env> {
       }
       if (outcome.kind === "retry" || outcome.kind === "failed") {
         const expired = now - item.createdAt > RUN_GIVE_UP_MS;
+        log.warn("agent hand-off failed", {
+          session_key: work.message.sessionKey,
+          session_id: work.sessionId,
+          run_id: work.runId,
+          attempt: item.attempts + 1,
+          will_retry: outcome.kind === "retry" && !expired,
+          error: errorSummary(outcome.error),
+        });
         if (outcome.kind === "retry" && !expired)
           return this.reschedule(item, outcome.error, outcome.retryAfterMs, now);
         const failed = markRunFailed(work.runId, now, outcome.error);
@@ -1005,6 +1042,19 @@ export class SessionRouter extends DurableObject<Env> {
         };
     const attempts = item.attempts + 1;
     const retry = !outcome.ok && outcome.retryable && attempts < DELIVERY_MAX_ATTEMPTS;
+    if (!outcome.ok) {
+      log.warn("reply delivery failed", {
+        session_key: work.sessionKey,
+        session_id: work.sessionId,
+        delivery_id: work.deliveryId,
+        platform: work.platform,
+        kind: work.kind,
+        attempt: attempts,
+        status: outcome.status,
+        will_retry: retry,
+        error: errorSummary(outcome.error),
+      });
+    }
     await this.db.batch(
       recordDeliveryAttempt(
         work.deliveryId,
@@ -1182,6 +1232,16 @@ export class SessionRouter extends DurableObject<Env> {
           this.config,
           env,
         );
+        if (!outcome.ok) {
+          log.warn("progress delivery failed", {
+            session_key: session.sessionKey,
+            session_id: session.id,
+            delivery_id: deliveryId,
+            platform: target.platform,
+            status: outcome.status,
+            error: errorSummary(outcome.error),
+          });
+        }
         await this.db.batch(
           insertDelivery({
             id: deliveryId,

@@ -6,6 +6,7 @@
  * so every malformed header is refused here before it reaches `verify`.
  * https://discord.com/developers/docs/interactions/overview#setting-up-an-endpoint-validating-security-request-headers
  */
+import { log } from "../../log";
 import { now } from "../../clock";
 import { ConfigError } from "../../config";
 import { fromHex } from "../../crypto";
@@ -57,7 +58,7 @@ export async function verifyDiscordRequest(
     return await crypto.subtle.verify({ name: "Ed25519" }, key, signature, signed);
   } catch (error) {
     // Lengths are checked above; anything verify still refuses is a bad signature, never a 5xx.
-    console.warn("discord: signature check threw", String(error));
+    log.warn("discord: signature check threw", { error: String(error) });
     return false;
   }
 }

@@ -7,6 +7,7 @@
  * Events are acknowledged with 200 `{}` as soon as they are stored, well within
  * Slack's 3 seconds; replies go out later through `chat.postMessage`.
  */
+import { log } from "../../log";
 import { apiError } from "../../http/errors";
 import { parseJsonBytes, validationError } from "../parse";
 import { settingsForSending } from "../settings";
@@ -85,7 +86,7 @@ function eventRequest(body: unknown): WebhookVerdict {
   if (!message.success) throw validationError(message.error);
   const chatType = chatTypeOf(message.data.channel_type);
   if (!chatType) {
-    console.warn("slack: ignoring a message with an unknown channel_type", message.data.channel_type);
+    log.warn("slack: ignoring a message with an unknown channel_type", { channel_type: message.data.channel_type });
     return ignore();
   }
   const text = message.data.text ?? "";
