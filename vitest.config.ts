@@ -20,6 +20,7 @@ export default defineConfig(async () => {
         },
       }),
     ],
-    test: { setupFiles: ["./test/setup.ts"] },
+    // The gateway logs a JSON line per routed message: shown only for failing tests.
+    test: { setupFiles: ["./test/setup.ts"], silent: "passed-only" as const },
   };
 });

@@ -8,7 +8,7 @@
  * threshold guards the one-batch append in D1, so the database itself refuses a
  * message for a session that expired a moment ago.
  */
-import { z } from "zod";
+import * as z from "zod";
 import type { ChatType } from "./session-key";
 import type { PolicyReason } from "./end-reasons";
 import { addDays, isValidTimeZone, localDate, zonedInstant } from "./zoned-time";

@@ -3,7 +3,7 @@
  * an HMAC-SHA256 signature of the raw body in `X-Signature-256`, a small JSON body,
  * and replies POSTed to `GENERIC_REPLY_URL`.
  */
-import { z } from "zod";
+import * as z from "zod";
 import { verifyHmacSha256Hex } from "../crypto";
 import type { InboundMessage } from "../domain/inbound";
 import { CHAT_TYPES } from "../domain/session-key";

@@ -1,5 +1,5 @@
 /** Shared parsing helpers for adapters: JSON of verified bytes, and zod errors as 400s. */
-import type { z } from "zod";
+import type * as z from "zod";
 import { apiError } from "../http/errors";
 
 /** Parses verified bytes as JSON, or answers 400. */

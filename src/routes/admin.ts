@@ -1,6 +1,6 @@
 /** `/admin/*`: the operator API (spec "Operator API"), behind `Authorization: Bearer {ADMIN_TOKEN}`. */
 import { Hono } from "hono";
-import { z } from "zod";
+import * as z from "zod";
 import { configOf } from "../config";
 import { Database } from "../db/client";
 import { selectSessionDeliveries } from "../db/deliveries";

@@ -4,7 +4,7 @@
  * routing object of the run's key, except the heartbeat, which only reads.
  */
 import { Hono, type Context } from "hono";
-import { z } from "zod";
+import * as z from "zod";
 import { now } from "../clock";
 import { configOf } from "../config";
 import { Database } from "../db/client";

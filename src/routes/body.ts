@@ -1,6 +1,6 @@
 /** Reads and validates a JSON request body, answering 400 with the first problem. */
 import type { Context } from "hono";
-import type { z } from "zod";
+import type * as z from "zod";
 import { apiError } from "../http/errors";
 
 export async function parseJsonBody<S extends z.ZodType>(

@@ -4,7 +4,7 @@
  * zod checks the fields read and lets the rest through.
  */
 import type { APIApplicationCommandInteractionDataOption } from "discord-api-types/v10";
-import { z } from "zod";
+import * as z from "zod";
 import { now } from "../../clock";
 import type { InboundMessage, ReplyTarget } from "../../domain/inbound";
 import type { ChatType } from "../../domain/session-key";

@@ -5,7 +5,7 @@
  * slash-command shapes are not in that package, so zod describes them.
  */
 import type { GenericMessageEvent } from "@slack/types";
-import { z } from "zod";
+import * as z from "zod";
 import type { InboundMessage, ReplyTarget } from "../../domain/inbound";
 import type { ChatType } from "../../domain/session-key";
 

@@ -2,7 +2,7 @@
  * Sending to Telegram: `POST {base}/bot{token}/sendMessage` with
  * `{chat_id, text, message_thread_id?}`, classified for the routing object's retries.
  */
-import { z } from "zod";
+import * as z from "zod";
 import { callJson, type CallOutcome } from "../../http/outbound";
 import { withNotice, type OutboundMessage, type SendOutcome } from "../types";
 import { splitText } from "../text";

@@ -5,7 +5,7 @@
  * `Update` as `@grammyjs/types` describes it.
  */
 import type { Chat, Message, Update } from "@grammyjs/types";
-import { z } from "zod";
+import * as z from "zod";
 import type { InboundMessage } from "../../domain/inbound";
 import type { ChatType } from "../../domain/session-key";
 import { validationError } from "../parse";

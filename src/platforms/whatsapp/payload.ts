@@ -10,7 +10,7 @@
  *             "statuses": [...]}}]}]}
  * ```
  */
-import { z } from "zod";
+import * as z from "zod";
 import type { InboundMessage } from "../../domain/inbound";
 import { validationError } from "../parse";
 

@@ -2,7 +2,7 @@
  * Sending to WhatsApp: `POST {base}/{phone_number_id}/messages` (bearer access
  * token) with a text message, classified for the routing object's retries.
  */
-import { z } from "zod";
+import * as z from "zod";
 import { callJson, type CallOutcome } from "../../http/outbound";
 import { splitText } from "../text";
 import { withNotice, type OutboundMessage, type SendOutcome } from "../types";
