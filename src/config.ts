@@ -1,18 +1,34 @@
 /**
  * Configuration from variables and secrets (spec "Configuration"), parsed and
- * validated once per `env` object. Invalid values are a `ConfigError` naming the
- * key, never a silent default; an unset optional value means "off".
+ * validated once per `env` object. Invalid values are a `ConfigError` naming every
+ * key at fault (not only the first), never a silent default; an unset optional
+ * value means "off". No message ever quotes a value: they reach unauthenticated
+ * callers (a webhook answers 500 naming the key) and a value may be a secret.
  */
 import { resetConfigSchema, type ResetConfig } from "./domain/reset-policy";
 import { registerSecrets } from "./log";
 
 export class ConfigError extends Error {
+  /** Every key at fault, `key` first. */
+  readonly keys: string[];
+
   constructor(
     readonly key: string,
-    detail: string,
+    /** What is wrong with `key`, without its value. */
+    readonly detail: string,
+    more: ConfigError[] = [],
   ) {
-    super(`${key}: ${detail}`);
+    super([`${key}: ${detail}`, ...more.map((e) => e.message)].join("; "));
     this.name = "ConfigError";
+    this.keys = [key, ...more.flatMap((e) => e.keys)];
+  }
+
+  /** One error naming every key of `errors` (at least one). */
+  static all(errors: ConfigError[]): ConfigError {
+    const [first, ...rest] = errors;
+    if (!first) throw new Error("ConfigError.all needs an error");
+    if (rest.length === 0) return first;
+    return new ConfigError(first.key, first.detail, rest);
   }
 }
 
@@ -69,10 +85,10 @@ function checkUrl(key: string, value: string): string {
   try {
     parsed = new URL(value);
   } catch {
-    throw new ConfigError(key, `not a URL: ${JSON.stringify(value)}`);
+    throw new ConfigError(key, "is not a URL");
   }
   if (parsed.protocol !== "http:" && parsed.protocol !== "https:") {
-    throw new ConfigError(key, `must be an http(s) URL: ${JSON.stringify(value)}`);
+    throw new ConfigError(key, "must be an http(s) URL");
   }
   return value;
 }
@@ -81,7 +97,7 @@ function bool(env: ConfigEnv, key: string, fallback: boolean): boolean {
   const value = text(env, key);
   if (value === null) return fallback;
   const parsed = BOOLEAN_WORDS[value.toLowerCase()];
-  if (parsed === undefined) throw new ConfigError(key, `must be true or false, got ${JSON.stringify(value)}`);
+  if (parsed === undefined) throw new ConfigError(key, "must be true or false");
   return parsed;
 }
 
@@ -93,8 +109,7 @@ function oneOf<const T extends readonly string[]>(
 ): T[number] {
   const value = text(env, key);
   if (value === null) return fallback;
-  if (!values.includes(value))
-    throw new ConfigError(key, `must be one of ${values.join(", ")}, got ${JSON.stringify(value)}`);
+  if (!values.includes(value)) throw new ConfigError(key, `must be one of ${values.join(", ")}`);
   return value as T[number];
 }
 
@@ -102,8 +117,7 @@ function positiveInt(env: ConfigEnv, key: string, fallback: number): number {
   const value = text(env, key);
   if (value === null) return fallback;
   const parsed = Number(value);
-  if (!Number.isInteger(parsed) || parsed <= 0)
-    throw new ConfigError(key, `must be a positive integer, got ${JSON.stringify(value)}`);
+  if (!Number.isInteger(parsed) || parsed <= 0) throw new ConfigError(key, "must be a positive integer");
   return parsed;
 }
 
@@ -118,37 +132,84 @@ function resetConfig(env: ConfigEnv): ResetConfig {
   }
   const parsed = resetConfigSchema.safeParse(json);
   if (!parsed.success) {
-    const issue = parsed.error.issues[0];
-    const where = issue && issue.path.length > 0 ? `.${issue.path.join(".")}` : "";
-    throw new ConfigError(`SESSION_RESET${where}`, issue?.message ?? "is invalid");
+    // Every issue, each at its own path (an unknown key anywhere is one of them).
+    throw ConfigError.all(
+      parsed.error.issues.map((issue) => {
+        const where = issue.path.length > 0 ? `.${issue.path.join(".")}` : "";
+        return new ConfigError(`SESSION_RESET${where}`, issue.message);
+      }),
+    );
   }
   return parsed.data;
 }
 
+/**
+ * A signing secret (Standard Webhooks key): any text, but one written `whsec_…`
+ * must be base64 after the prefix, as receivers' libraries decode it.
+ */
+function signingSecret(env: ConfigEnv, key: string): string | null {
+  const value = text(env, key);
+  if (value === null || !value.startsWith("whsec_")) return value;
+  const encoded = value.slice("whsec_".length);
+  let decoded = "";
+  try {
+    decoded = atob(encoded);
+  } catch {
+    throw new ConfigError(key, "starts with whsec_ but the rest is not base64");
+  }
+  if (decoded.length === 0) throw new ConfigError(key, "starts with whsec_ but holds no key");
+  return value;
+}
+
 function parseConfig(env: ConfigEnv): Config {
-  const agentUrl = url(env, "AGENT_URL");
-  const agentToken = text(env, "AGENT_TOKEN");
-  if (agentUrl && !agentToken) throw new ConfigError("AGENT_TOKEN", "is required when AGENT_URL is set");
-  const hookUrls = (text(env, "HOOK_URLS") ?? "")
-    .split(",")
-    .map((part) => part.trim())
-    .filter((part) => part !== "")
-    .map((part) => checkUrl("HOOK_URLS", part));
-  const hookSecret = text(env, "HOOK_SECRET");
-  if (hookUrls.length > 0 && !hookSecret) throw new ConfigError("HOOK_SECRET", "is required when HOOK_URLS is set");
-  return {
-    reset: resetConfig(env),
-    groupSessionsPerUser: bool(env, "GROUP_SESSIONS_PER_USER", true),
+  const problems: ConfigError[] = [];
+  /** Reads one value; a ConfigError is kept (so every key at fault is named) and `fallback` stands in. */
+  const read = <T>(parse: () => T, fallback: T): T => {
+    try {
+      return parse();
+    } catch (error) {
+      if (!(error instanceof ConfigError)) throw error;
+      problems.push(error);
+      return fallback;
+    }
+  };
+  const agentUrl = read(() => url(env, "AGENT_URL"), null);
+  const agentToken = read(() => text(env, "AGENT_TOKEN"), null);
+  if (agentUrl && !agentToken) problems.push(new ConfigError("AGENT_TOKEN", "is required when AGENT_URL is set"));
+  const hookUrls = read(
+    () =>
+      (text(env, "HOOK_URLS") ?? "")
+        .split(",")
+        .map((part) => part.trim())
+        .filter((part) => part !== "")
+        .map((part, index) => {
+          try {
+            return checkUrl("HOOK_URLS", part);
+          } catch (error) {
+            // Say which entry, never what it holds.
+            throw new ConfigError("HOOK_URLS", `entry ${index + 1} ${(error as ConfigError).detail}`);
+          }
+        }),
+    [],
+  );
+  const hookSecret = read(() => signingSecret(env, "HOOK_SECRET"), null);
+  if (hookUrls.length > 0 && !hookSecret && problems.every((p) => p.key !== "HOOK_SECRET"))
+    problems.push(new ConfigError("HOOK_SECRET", "is required when HOOK_URLS is set"));
+  const config: Config = {
+    reset: read(() => resetConfig(env), {}),
+    groupSessionsPerUser: read(() => bool(env, "GROUP_SESSIONS_PER_USER", true), true),
     agentUrl,
     agentToken,
-    agentTimeoutMs: positiveInt(env, "AGENT_TIMEOUT_MS", 30_000),
+    agentTimeoutMs: read(() => positiveInt(env, "AGENT_TIMEOUT_MS", 30_000), 30_000),
     hookUrls,
     hookSecret,
-    adminToken: text(env, "ADMIN_TOKEN"),
-    genericWebhookSecret: text(env, "GENERIC_WEBHOOK_SECRET"),
-    genericReplyUrl: url(env, "GENERIC_REPLY_URL"),
-    outboxDrain: oneOf(env, "OUTBOX_DRAIN", ["inline", "alarm"] as const, "inline"),
+    adminToken: read(() => text(env, "ADMIN_TOKEN"), null),
+    genericWebhookSecret: read(() => signingSecret(env, "GENERIC_WEBHOOK_SECRET"), null),
+    genericReplyUrl: read(() => url(env, "GENERIC_REPLY_URL"), null),
+    outboxDrain: read(() => oneOf(env, "OUTBOX_DRAIN", ["inline", "alarm"] as const, "inline"), "inline"),
   };
+  if (problems.length > 0) throw ConfigError.all(problems);
+  return config;
 }
 
 const cache = new WeakMap<object, Config | ConfigError>();

@@ -9,7 +9,7 @@
  * message for a session that expired a moment ago.
  */
 import * as z from "zod";
-import type { ChatType } from "./session-key";
+import { PLATFORMS, type ChatType } from "./session-key";
 import type { PolicyReason } from "./end-reasons";
 import { addDays, isValidTimeZone, localDate, zonedInstant } from "./zoned-time";
 
@@ -27,7 +27,8 @@ const partialPolicy = z.strictObject(policyFields).partial();
 
 /** The JSON shape of `SESSION_RESET`; every field optional. */
 export const resetConfigSchema = partialPolicy.extend({
-  by_platform: z.record(z.string().min(1), partialPolicy).optional(),
+  // Only known platforms: a misspelt one would otherwise be a silent no-op.
+  by_platform: z.partialRecord(z.enum(PLATFORMS), partialPolicy).optional(),
   by_chat_type: z.partialRecord(z.enum(["dm", "group", "channel"]), partialPolicy).optional(),
 });
 export type ResetConfig = z.infer<typeof resetConfigSchema>;
@@ -66,7 +67,7 @@ function apply(base: ResetPolicy, override: PartialPolicy | undefined): ResetPol
 export function resolvePolicy(config: ResetConfig, platform: string, chatType: ChatType | string): ResetPolicy {
   const base = apply(DEFAULT_POLICY, config);
   const byChatType = apply(base, config.by_chat_type?.[chatType as ChatType]);
-  return apply(byChatType, config.by_platform?.[platform]);
+  return apply(byChatType, config.by_platform?.[platform as (typeof PLATFORMS)[number]]);
 }
 
 const usesIdle = (policy: ResetPolicy) => policy.mode === "idle" || policy.mode === "both";

@@ -6,6 +6,9 @@
 export const CHAT_TYPES = ["dm", "group", "channel"] as const;
 export type ChatType = (typeof CHAT_TYPES)[number];
 
+/** Every platform a session key can start with: the adapters' names and scheduled jobs' `cron`. */
+export const PLATFORMS = ["generic", "telegram", "slack", "discord", "whatsapp", "cron"] as const;
+
 export interface KeyParts {
   platform: string;
   chatType: ChatType;

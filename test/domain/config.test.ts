@@ -1,5 +1,7 @@
 import { describe, expect, it } from "vitest";
 import { ConfigError, parseConfigFresh, type ConfigEnv } from "../../src/config";
+import { PLATFORMS } from "../../src/domain/session-key";
+import { ADAPTERS } from "../../src/platforms";
 
 /** Parses `env` and returns the ConfigError it throws (fails the test when it does not throw one). */
 function configError(env: ConfigEnv): ConfigError {
@@ -204,11 +206,11 @@ describe("GROUP_SESSIONS_PER_USER", () => {
     expect(parseConfigFresh({ GROUP_SESSIONS_PER_USER: value }).groupSessionsPerUser).toBe(expected);
   });
 
-  it.each(["maybe", "tru", "2", "enabled"])("rejects %s, naming the key", (value) => {
+  it.each(["maybe", "tru", "2", "enabled"])("rejects %s, naming the key but never quoting the value", (value) => {
     const error = configError({ GROUP_SESSIONS_PER_USER: value });
     expect(error.key).toBe("GROUP_SESSIONS_PER_USER");
     expect(error.message).toContain("GROUP_SESSIONS_PER_USER");
-    expect(error.message).toContain(value);
+    expect(error.message).not.toContain(`"${value}"`);
   });
 });
 
@@ -226,7 +228,7 @@ describe("AGENT_URL and AGENT_TOKEN", () => {
   it.each(["not a url", "agent.example/run", "ftp://agent.example/run"])("rejects AGENT_URL %s", (value) => {
     const error = configError({ AGENT_URL: value, AGENT_TOKEN: "t" });
     expect(error.key).toBe("AGENT_URL");
-    expect(error.message).toContain(value);
+    expect(error.message).not.toContain(value);
   });
 
   it("AGENT_TOKEN without AGENT_URL is allowed (the echo agent answers)", () => {
@@ -244,7 +246,7 @@ describe("HOOK_URLS and HOOK_SECRET", () => {
   it("a non-URL entry names HOOK_URLS", () => {
     const error = configError({ HOOK_URLS: "https://a.example/hook,not-a-url", HOOK_SECRET: "s" });
     expect(error.key).toBe("HOOK_URLS");
-    expect(error.message).toContain("not-a-url");
+    expect(error.message).toBe("HOOK_URLS: entry 2 is not a URL");
   });
 
   it("a non-http(s) entry names HOOK_URLS", () => {
@@ -265,5 +267,76 @@ describe("HOOK_URLS and HOOK_SECRET", () => {
 describe("GENERIC_REPLY_URL", () => {
   it("rejects a non-URL, naming the key", () => {
     expect(configError({ GENERIC_REPLY_URL: "reply here" }).key).toBe("GENERIC_REPLY_URL");
+  });
+});
+
+describe("every key at fault is named, no value is quoted", () => {
+  it("names each invalid key in one error, in order", () => {
+    const error = configError({
+      AGENT_URL: "https://agent.example/run",
+      GROUP_SESSIONS_PER_USER: "maybe",
+      HOOK_URLS: "https://hook.example/?token=secret-in-url",
+      GENERIC_REPLY_URL: "ftp://reply.example/",
+      SESSION_RESET: '{"mode":"weekly","by_platform":{"telegram":{"idle_minutes":-1}}}',
+    });
+    expect(error.keys).toEqual([
+      "AGENT_TOKEN",
+      "HOOK_SECRET",
+      "SESSION_RESET.mode",
+      "SESSION_RESET.by_platform.telegram.idle_minutes",
+      "GROUP_SESSIONS_PER_USER",
+      "GENERIC_REPLY_URL",
+    ]);
+    for (const key of error.keys) expect(error.message).toContain(`${key}: `);
+    expect(error.message).not.toContain("secret-in-url");
+    expect(error.message).not.toContain("ftp://");
+    expect(error.message).not.toContain("maybe");
+  });
+
+  it.each([
+    [
+      "a misspelt platform under by_platform",
+      '{"by_platform":{"telgram":{"mode":"none"}}}',
+      "SESSION_RESET.by_platform",
+      "telgram",
+    ],
+    [
+      "an unknown chat type under by_chat_type",
+      '{"by_chat_type":{"thread":{"mode":"none"}}}',
+      "SESSION_RESET.by_chat_type",
+      "thread",
+    ],
+    [
+      "an unknown field in a by_platform entry",
+      '{"by_platform":{"slack":{"idle":5}}}',
+      "SESSION_RESET.by_platform.slack",
+      "idle",
+    ],
+    ["an unknown field at the top", '{"idle":5}', "SESSION_RESET", "idle"],
+  ])("refuses %s", (_label, json, key, name) => {
+    const error = configError({ SESSION_RESET: json });
+    expect(error.keys).toEqual([key]);
+    expect(error.message).toContain(name);
+  });
+
+  it("accepts every platform under by_platform", () => {
+    const json = JSON.stringify({
+      by_platform: Object.fromEntries(
+        ["generic", "telegram", "slack", "discord", "whatsapp", "cron"].map((p) => [p, { mode: "none" }]),
+      ),
+    });
+    expect(Object.keys(parseConfigFresh({ SESSION_RESET: json }).reset.by_platform ?? {})).toHaveLength(6);
+  });
+
+  it.each(["HOOK_SECRET", "GENERIC_WEBHOOK_SECRET"])("%s written whsec_ must be base64 after the prefix", (key) => {
+    expect(configError({ [key]: "whsec_not base64!" }).keys).toEqual([key]);
+    expect(configError({ [key]: "whsec_" }).keys).toEqual([key]);
+    expect(parseConfigFresh({ [key]: "whsec_c2VjcmV0" })).toBeTruthy();
+  });
+});
+
+describe("PLATFORMS", () => {
+  it("holds every adapter's name, so by_platform accepts each of them", () => {
+    for (const adapter of ADAPTERS) expect(PLATFORMS).toContain(adapter.name);
   });
 });
