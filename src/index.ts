@@ -3,9 +3,8 @@
  * Durable Object class is exported here for wrangler.
  */
 import { Hono } from "hono";
-import { configOf } from "./config";
-import { Database, query } from "./db/client";
-import { apiError, errorBody, renderError } from "./http/errors";
+import { health } from "./health";
+import { errorBody, renderError } from "./http/errors";
 import { admin } from "./routes/admin";
 import { agentApi } from "./routes/agent";
 import { webhooks } from "./routes/webhooks";
@@ -18,16 +17,7 @@ const app = new Hono<{ Bindings: Env }>();
 app.onError(renderError);
 app.notFound((c) => c.json(errorBody("not_found", `no route for ${c.req.method} ${c.req.path}`), 404));
 
-app.get("/healthz", async (c) => {
-  configOf(c.env); // an invalid configuration answers 500 naming the key
-  try {
-    // Through the counting client: the metrics cover every statement the gateway runs.
-    await new Database(c.env.DB, "background").batch(query("SELECT 1"));
-  } catch {
-    throw apiError(503, "unavailable", "D1 is not reachable");
-  }
-  return c.json({ ok: true });
-});
+app.get("/healthz", async (c) => c.json(await health(c.env)));
 
 app.route("/webhooks", webhooks);
 app.route("/admin", admin);

@@ -1,6 +1,6 @@
 /**
  * Reading a platform's secrets: all set turns it on, none set leaves it off, and
- * some set is a configuration error naming the first missing key.
+ * some set is a configuration error naming every missing key.
  */
 import { ConfigError } from "../config";
 import { describe } from "../http/outbound";
@@ -18,8 +18,11 @@ function read(env: PlatformEnv, key: string): string | null {
 export function requiredSecrets<K extends string>(env: PlatformEnv, keys: readonly K[]): Record<K, string> | null {
   const values = keys.map((key) => [key, read(env, key)] as const);
   if (values.every(([, value]) => value === null)) return null;
-  const missing = values.find(([, value]) => value === null);
-  if (missing) throw new ConfigError(missing[0], "is required when the platform's other secrets are set");
+  const missing = values.filter(([, value]) => value === null);
+  if (missing.length > 0)
+    throw ConfigError.all(
+      missing.map(([key]) => new ConfigError(key, "is required when the platform's other secrets are set")),
+    );
   return Object.fromEntries(values) as Record<K, string>;
 }
 
@@ -30,7 +33,7 @@ export function apiBase(env: PlatformEnv, key: string, fallback: string): string
   try {
     url = new URL(value);
   } catch {
-    throw new ConfigError(key, `not a URL: ${JSON.stringify(value)}`);
+    throw new ConfigError(key, "is not a URL");
   }
   if (url.protocol !== "http:" && url.protocol !== "https:") throw new ConfigError(key, "must be an http(s) URL");
   return value.replace(/\/+$/, "");

@@ -50,9 +50,15 @@ const listQuery = z.object({
   limit: optional(z.coerce.number().int().min(1).max(1000)),
 });
 
+/** A 400 naming every query parameter at fault (`open: Invalid option...`). */
+function invalidQuery(error: z.ZodError): never {
+  const message = error.issues.map((issue) => `${issue.path.join(".") || "query"}: ${issue.message}`).join("; ");
+  throw apiError(400, "invalid_query", message);
+}
+
 admin.get("/sessions", async (c) => {
   const parsed = listQuery.safeParse(c.req.query());
-  if (!parsed.success) throw apiError(400, "invalid_query", parsed.error.issues[0]?.message ?? "invalid query");
+  if (!parsed.success) throw invalidQuery(parsed.error);
   const { key, open, limit = 100 } = parsed.data;
   const database = db(c.env);
   const [rows] = await database.batch(

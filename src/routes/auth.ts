@@ -41,8 +41,11 @@ async function refuse(c: AppContext, token: string, what: string): Promise<never
   throw apiError(401, "unauthorized", `invalid bearer token (${what})`);
 }
 
-/** Requires exactly `expected` (ADMIN_TOKEN or AGENT_TOKEN). */
+/** Requires exactly `expected` (ADMIN_TOKEN or AGENT_TOKEN); when that variable is unset, says so. */
 export async function requireToken(c: AppContext, expected: string | null, what: string): Promise<void> {
+  // No token can be right while the variable is unset: say that, not "invalid token".
+  if (!expected)
+    throw apiError(401, "not_configured", `${what} is not set, so this API is off: set ${what} and restart`);
   const token = bearer(c);
   if (!token) throw apiError(401, "unauthorized", `missing bearer token (${what})`);
   if (expected && safeEqual(token, expected)) return;

@@ -223,7 +223,7 @@ describe("metrics and health", () => {
     const before = await metrics();
     const response = await exports.default.fetch(new Request(`${BASE}/healthz`));
     expect(response.status).toBe(200);
-    expect(await response.json()).toEqual({ ok: true });
+    expect(await response.json()).toEqual({ ok: true, status: "ok" });
     expect((await metrics()).d1_queries - before.d1_queries).toBe(1);
   });
 
