@@ -509,7 +509,9 @@ function takeSnapshot(target, appDir) {
 function versions() {
   const version = (name) => {
     try {
-      return JSON.parse(readFileSync(join(ROOT, "node_modules", name, "package.json"), "utf8")).version;
+      const local = join(ROOT, "bench", "node_modules", name, "package.json");
+      const file = existsSync(local) ? local : join(ROOT, "node_modules", name, "package.json");
+      return JSON.parse(readFileSync(file, "utf8")).version;
     } catch {
       return null;
     }
