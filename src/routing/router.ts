@@ -108,6 +108,7 @@ interface StoredMessage {
   work: RunWork;
   decision: Exclude<RoutingDecisionName, "command">;
 }
+
 /** How long one drain keeps picking up newly due outbox items while others are in flight. */
 const DRAIN_WINDOW_MS = 60_000;
 /**
