@@ -7,10 +7,13 @@ import { selectSessionDeliveries } from "../db/deliveries";
 import { requeueEvent, selectEvent, selectSessionEvents } from "../db/events";
 import { selectMessages, selectSession, selectSessions } from "../db/sessions";
 import { END_REASONS } from "../domain/end-reasons";
+import { effectivePolicy, explain, keyConversation } from "../domain/explain";
+import { effectiveOverlap, waitingMessages } from "../domain/overlap";
 import { now } from "../clock";
 import { apiError } from "../http/errors";
 import { snapshot } from "../metrics";
 import { routerFor } from "../routing/client";
+import { RUN_LEASE_MS } from "../routing/router";
 import { requireToken } from "./auth";
 import { parseJsonBody } from "./body";
 import { deliveryJson, eventJson, messageJson, sessionJson } from "./json";
@@ -33,6 +36,24 @@ admin.get("/routes/:key", async (c) => {
     alarm_at: view.alarm_at,
     session: view.session ? sessionJson(view.session) : null,
   });
+});
+
+admin.get("/routes/:key/explain", async (c) => {
+  const key = c.req.param("key");
+  const state = await routerFor(c.env, key).explainState(key);
+  const { platform, chatType } = state.row ?? keyConversation(key);
+  const { policy, source } = effectivePolicy(configOf(c.env).reset, platform, chatType);
+  const explanation = explain({
+    ...state,
+    key,
+    policy,
+    policySource: source,
+    overlap: effectiveOverlap(platform, chatType),
+    runLeaseMs: RUN_LEASE_MS,
+    waiting: waitingMessages(),
+    now: now(),
+  });
+  return c.json({ ...explanation, session: state.row ? sessionJson(state.row) : null });
 });
 
 admin.delete("/routes/:key", async (c) => {
