@@ -138,6 +138,21 @@ describe("explain", () => {
     expect((await sessionsOfKey(key)).length).toBe(2);
   });
 
+  it("with a routing entry reads the entry's row, not a newer row of the key, as a message would", async () => {
+    const chat = unique("chat");
+    const key = genericKey(chat);
+    const sent = await send({ chat_id: chat });
+    await env.DB.prepare(
+      `INSERT INTO sessions (id, session_key, platform, chat_type, started_at, last_active_at) VALUES (?, ?, 'generic', 'dm', ?, ?)`,
+    )
+      .bind(unique("ses_sql"), key, T0 + 1, T0 + 1)
+      .run();
+    const body = await explainOf(key);
+    expect(body.entry_session_id).toBe(sent.body.session_id);
+    expect(body.session.id).toBe(sent.body.session_id);
+    expect((await send({ chat_id: chat })).body.session_id).toBe(sent.body.session_id);
+  });
+
   it("a durable boundary: fresh, naming the session it replaces", async () => {
     const chat = unique("chat");
     const key = genericKey(chat);
