@@ -6,14 +6,17 @@ import { Hono } from "hono";
 import { configOf } from "./config";
 import { Database, query } from "./db/client";
 import { apiError, errorBody, renderError } from "./http/errors";
+import { openApiDocument } from "./openapi/document";
 import { admin } from "./routes/admin";
+import { adminPage } from "./routes/admin-ui";
 import { agentApi } from "./routes/agent";
 import { webhooks } from "./routes/webhooks";
 import { sweep } from "./sweep";
 
 export { SessionRouter } from "./routing/router";
 
-const app = new Hono<{ Bindings: Env }>();
+/** Exported for the route-coverage test of /openapi.json (test/openapi.test.ts). */
+export const app = new Hono<{ Bindings: Env }>();
 
 app.onError(renderError);
 app.notFound((c) => c.json(errorBody("not_found", `no route for ${c.req.method} ${c.req.path}`), 404));
@@ -29,7 +32,13 @@ app.get("/healthz", async (c) => {
   return c.json({ ok: true });
 });
 
+app.get("/openapi.json", (c) => c.json(openApiDocument()));
 app.route("/webhooks", webhooks);
+// The web page first: it serves only /admin and /admin/ui/*, and calls the JSON API in-process for retries.
+app.route(
+  "/admin",
+  adminPage((request, env) => app.fetch(request, env)),
+);
 app.route("/admin", admin);
 app.route("/v1", agentApi);
 

@@ -1,19 +1,17 @@
 /** `/admin/*`: the operator API (spec "Operator API"), behind `Authorization: Bearer {ADMIN_TOKEN}`. */
 import { Hono } from "hono";
 import { z } from "zod";
+import { explainKey } from "../admin/explain-key";
 import { configOf } from "../config";
 import { Database } from "../db/client";
 import { selectSessionDeliveries } from "../db/deliveries";
 import { requeueEvent, selectEvent, selectSessionEvents } from "../db/events";
 import { selectMessages, selectSession, selectSessions } from "../db/sessions";
 import { END_REASONS } from "../domain/end-reasons";
-import { effectivePolicy, explain, keyConversation } from "../domain/explain";
-import { effectiveOverlap, waitingMessages } from "../domain/overlap";
 import { now } from "../clock";
 import { apiError } from "../http/errors";
 import { snapshot } from "../metrics";
 import { routerFor } from "../routing/client";
-import { RUN_LEASE_MS } from "../routing/router";
 import { requireToken } from "./auth";
 import { parseJsonBody } from "./body";
 import { deliveryJson, eventJson, messageJson, sessionJson } from "./json";
@@ -38,23 +36,7 @@ admin.get("/routes/:key", async (c) => {
   });
 });
 
-admin.get("/routes/:key/explain", async (c) => {
-  const key = c.req.param("key");
-  const state = await routerFor(c.env, key).explainState(key);
-  const { platform, chatType } = state.row ?? keyConversation(key);
-  const { policy, source } = effectivePolicy(configOf(c.env).reset, platform, chatType);
-  const explanation = explain({
-    ...state,
-    key,
-    policy,
-    policySource: source,
-    overlap: effectiveOverlap(platform, chatType),
-    runLeaseMs: RUN_LEASE_MS,
-    waiting: waitingMessages(),
-    now: now(),
-  });
-  return c.json({ ...explanation, session: state.row ? sessionJson(state.row) : null });
-});
+admin.get("/routes/:key/explain", async (c) => c.json(await explainKey(c.env, c.req.param("key"))));
 
 admin.delete("/routes/:key", async (c) => {
   const key = c.req.param("key");
@@ -65,7 +47,7 @@ admin.delete("/routes/:key", async (c) => {
 /** An empty query value (`?key=&open=`) means no filter, as when it is absent. */
 const optional = <T extends z.ZodType>(schema: T) => z.preprocess((v) => (v === "" ? undefined : v), schema.optional());
 
-const listQuery = z.object({
+export const listQuery = z.object({
   key: optional(z.string()),
   open: optional(z.enum(["true", "false", "1", "0"])),
   limit: optional(z.coerce.number().int().min(1).max(1000)),
@@ -101,7 +83,7 @@ admin.get("/sessions/:id", async (c) => {
   });
 });
 
-const endBody = z.object({ reason: z.enum(END_REASONS).exclude(["compression"]).default("admin") }).strict();
+export const endBody = z.object({ reason: z.enum(END_REASONS).exclude(["compression"]).default("admin") }).strict();
 
 admin.post("/sessions/:id/end", async (c) => {
   const id = c.req.param("id");
