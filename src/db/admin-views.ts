@@ -85,3 +85,12 @@ export function selectFailedDeliveries(limit: number): Statement<DeliveryRow[]> 
 export function selectFailedEvents(limit: number): Statement<EventRow[]> {
   return selectRowsSql(events, `SELECT * FROM events WHERE status = 'failed' ORDER BY created_at DESC LIMIT ?`, limit);
 }
+
+/** Platform and chat type of the given sessions (for the zone their times are shown in). */
+export function selectConversations(ids: string[]): Statement<{ id: string; platform: string; chat_type: string }[]> {
+  return {
+    sql: `SELECT id, platform, chat_type FROM sessions WHERE id IN (SELECT value FROM json_each(?))`,
+    params: [JSON.stringify(ids)],
+    read: (result) => result.results as { id: string; platform: string; chat_type: string }[],
+  };
+}

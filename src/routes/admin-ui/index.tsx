@@ -16,6 +16,7 @@ import { safeEqual } from "../../crypto";
 import {
   selectFailedDeliveries,
   selectFailedEvents,
+  selectConversations,
   selectFailedRuns,
   selectPlatforms,
   selectSessionPage,
@@ -239,12 +240,17 @@ export function adminPage(api: ApiFetch) {
       selectFailedDeliveries(FAILED_LIMIT),
       selectFailedEvents(FAILED_LIMIT),
     );
+    const ids = [...new Set([...runs, ...deliveries, ...events].map((item) => item.sessionId))];
+    const [conversations] = ids.length > 0 ? await database.batch(selectConversations(ids)) : [[]];
+    const zone = zoneOf(c.env);
+    const zones = new Map(conversations.map((s) => [s.id, zone({ platform: s.platform, chatType: s.chat_type })]));
     return c.html(
       <FailedPage
         csrf={c.get("pageSession").csrf}
         runs={runs}
         deliveries={deliveries}
         events={events}
+        zoneOf={(sessionId) => zones.get(sessionId) ?? "UTC"}
         notice={noticeOf(c)}
       />,
     );

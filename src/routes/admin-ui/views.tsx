@@ -2,6 +2,7 @@
  * The admin page's views, server-rendered with Hono's JSX. Plain HTML forms and
  * links only: every page works without JavaScript, and the page sends none.
  */
+import { raw } from "hono/html";
 import type { Child } from "hono/jsx";
 import type { DeliveryRow, EventRow, MessageRow, RunRow, SessionRow } from "../../db/schema";
 import { END_REASONS } from "../../domain/end-reasons";
@@ -10,7 +11,7 @@ import type { SessionsFilter } from "./forms";
 
 const STYLE = `
 :root { --ink: #1d2330; --muted: #5f6b7a; --line: #e2e6ec; --bg: #f6f7f9; --card: #fff; --accent: #2f5bd3;
-  --ok: #1f7a4d; --warn: #9a5b00; --bad: #b3261e; font: 15px/1.5 system-ui, -apple-system, "Segoe UI", sans-serif; }
+  --ok: #1f7a4d; --warn: #9a5b00; --bad: #b3261e; font: 15px/1.5 system-ui, -apple-system, "Segoe UI", "DejaVu Sans", "Liberation Sans", sans-serif; }
 * { box-sizing: border-box; }
 body { margin: 0; background: var(--bg); color: var(--ink); }
 header { background: var(--ink); color: #fff; padding: 0 24px; display: flex; align-items: center; gap: 24px; height: 52px; }
@@ -18,6 +19,7 @@ header .brand { font-weight: 650; letter-spacing: .02em; }
 header nav { display: flex; gap: 4px; flex: 1; }
 header nav a { color: #c9d3e6; text-decoration: none; padding: 6px 12px; border-radius: 6px; }
 header nav a.here, header nav a:hover { background: #2e3650; color: #fff; }
+header form { margin: 0; }
 header form button { background: transparent; color: #c9d3e6; border: 1px solid #48516b; }
 main { max-width: 1180px; margin: 0 auto; padding: 24px; }
 h1 { font-size: 22px; margin: 0 0 16px; } h2 { font-size: 17px; margin: 28px 0 10px; }
@@ -92,7 +94,8 @@ export function Layout(props: { title: string; page?: Page; csrf?: string; notic
         <meta charset="utf-8" />
         <meta name="viewport" content="width=device-width, initial-scale=1" />
         <title>{props.title} · sessiongate</title>
-        <style>{STYLE}</style>
+        {/* raw: the style sheet is ours, and escaping would break its quotes */}
+        <style>{raw(STYLE)}</style>
       </head>
       <body>
         <header>
@@ -301,7 +304,7 @@ export function ExplainBlock(props: { explain: ExplainView }) {
         </dd>
         <dt>Deadline</dt>
         <dd>
-          <When at={e.deadline.at} zone={zone} /> {e.deadline.reason && <Badge kind="muted">{e.deadline.reason}</Badge>}
+          {e.deadline.reason && <Badge kind="muted">{e.deadline.reason}</Badge>} <When at={e.deadline.at} zone={zone} />
         </dd>
         <dt>Idle deadline</dt>
         <dd>
@@ -352,7 +355,13 @@ function RetryButton(props: { csrf: string; kind: "run" | "delivery" | "event"; 
   );
 }
 
-function RunsTable(props: { runs: RunRow[]; zone: string; csrf: string; back: string; showSession?: boolean }) {
+function RunsTable(props: {
+  runs: RunRow[];
+  zone: (sessionId: string) => string;
+  csrf: string;
+  back: string;
+  showSession?: boolean;
+}) {
   return (
     <table>
       <thead>
@@ -376,10 +385,10 @@ function RunsTable(props: { runs: RunRow[]; zone: string; csrf: string; back: st
               {run.revokedReason && <span class="muted small">{run.revokedReason}</span>}
             </td>
             <td>
-              <When at={run.createdAt} zone={props.zone} />
+              <When at={run.createdAt} zone={props.zone(run.sessionId)} />
             </td>
             <td>
-              <When at={run.finishedAt ?? run.failedAt} zone={props.zone} />
+              <When at={run.finishedAt ?? run.failedAt} zone={props.zone(run.sessionId)} />
             </td>
             <td class="small">{run.lastError ?? ""}</td>
             <td>
@@ -396,7 +405,7 @@ function RunsTable(props: { runs: RunRow[]; zone: string; csrf: string; back: st
 
 function DeliveriesTable(props: {
   rows: DeliveryRow[];
-  zone: string;
+  zone: (sessionId: string) => string;
   csrf: string;
   back: string;
   showSession?: boolean;
@@ -432,10 +441,10 @@ function DeliveriesTable(props: {
             <td>{d.attempts}</td>
             <td class="small">
               {d.lastStatus !== null && `HTTP ${d.lastStatus} `}
-              {d.lastError ?? ""}
+              {d.lastError !== null && d.lastError !== `HTTP ${d.lastStatus}` && d.lastError}
             </td>
             <td>
-              <When at={d.updatedAt} zone={props.zone} />
+              <When at={d.updatedAt} zone={props.zone(d.sessionId)} />
             </td>
             <td>
               {d.status === "failed" && (
@@ -449,7 +458,13 @@ function DeliveriesTable(props: {
   );
 }
 
-function EventsTable(props: { rows: EventRow[]; zone: string; csrf: string; back: string; showSession?: boolean }) {
+function EventsTable(props: {
+  rows: EventRow[];
+  zone: (sessionId: string) => string;
+  csrf: string;
+  back: string;
+  showSession?: boolean;
+}) {
   return (
     <table>
       <thead>
@@ -477,7 +492,7 @@ function EventsTable(props: { rows: EventRow[]; zone: string; csrf: string; back
             </td>
             <td>{event.attempts}</td>
             <td>
-              <When at={event.occurredAt} zone={props.zone} />
+              <When at={event.occurredAt} zone={props.zone(event.sessionId)} />
             </td>
             <td>
               {event.status === "failed" && (
@@ -529,7 +544,7 @@ export function SessionPage(props: {
           </dd>
           <dt>Ended</dt>
           <dd>
-            <When at={row.endedAt} zone={zone} /> {row.endReason && <Badge kind="muted">{row.endReason}</Badge>}
+            {row.endReason && <Badge kind="muted">{row.endReason}</Badge>} <When at={row.endedAt} zone={zone} />
           </dd>
           {row.previousSessionId && (
             <>
@@ -591,19 +606,19 @@ export function SessionPage(props: {
       {props.runs.length === 0 ? (
         <p class="card muted">No runs.</p>
       ) : (
-        <RunsTable runs={props.runs} zone={zone} csrf={props.csrf} back={back} />
+        <RunsTable runs={props.runs} zone={() => zone} csrf={props.csrf} back={back} />
       )}
       <h2>Lifecycle events</h2>
       {props.events.length === 0 ? (
         <p class="card muted">No events.</p>
       ) : (
-        <EventsTable rows={props.events} zone={zone} csrf={props.csrf} back={back} />
+        <EventsTable rows={props.events} zone={() => zone} csrf={props.csrf} back={back} />
       )}
       <h2>Deliveries</h2>
       {props.deliveries.length === 0 ? (
         <p class="card muted">No deliveries.</p>
       ) : (
-        <DeliveriesTable rows={props.deliveries} zone={zone} csrf={props.csrf} back={back} />
+        <DeliveriesTable rows={props.deliveries} zone={() => zone} csrf={props.csrf} back={back} />
       )}
     </Layout>
   );
@@ -614,6 +629,7 @@ export function FailedPage(props: {
   runs: RunRow[];
   deliveries: DeliveryRow[];
   events: EventRow[];
+  zoneOf: (sessionId: string) => string;
   notice: Notice | null;
 }) {
   const back = "/admin/ui/failed";
@@ -624,19 +640,19 @@ export function FailedPage(props: {
       {props.runs.length === 0 ? (
         <p class="card muted">None.</p>
       ) : (
-        <RunsTable runs={props.runs} zone="UTC" csrf={props.csrf} back={back} showSession />
+        <RunsTable runs={props.runs} zone={props.zoneOf} csrf={props.csrf} back={back} showSession />
       )}
       <h2>Reply deliveries dead-lettered</h2>
       {props.deliveries.length === 0 ? (
         <p class="card muted">None.</p>
       ) : (
-        <DeliveriesTable rows={props.deliveries} zone="UTC" csrf={props.csrf} back={back} showSession />
+        <DeliveriesTable rows={props.deliveries} zone={props.zoneOf} csrf={props.csrf} back={back} showSession />
       )}
       <h2>Lifecycle events dead-lettered</h2>
       {props.events.length === 0 ? (
         <p class="card muted">None.</p>
       ) : (
-        <EventsTable rows={props.events} zone="UTC" csrf={props.csrf} back={back} showSession />
+        <EventsTable rows={props.events} zone={props.zoneOf} csrf={props.csrf} back={back} showSession />
       )}
     </Layout>
   );
@@ -646,8 +662,9 @@ export function MetricsPage(props: { csrf: string; counters: object }) {
   const rows: [string, string][] = [];
   for (const [name, value] of Object.entries(props.counters)) {
     if (value !== null && typeof value === "object") {
-      for (const [inner, count] of Object.entries(value as Record<string, unknown>))
-        rows.push([`${name}.${inner}`, String(count)]);
+      const entries = Object.entries(value as Record<string, unknown>);
+      if (entries.length === 0) rows.push([name, "none yet"]);
+      for (const [inner, count] of entries) rows.push([`${name}.${inner}`, String(count)]);
     } else rows.push([name, String(value)]);
   }
   return (
