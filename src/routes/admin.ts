@@ -1,6 +1,7 @@
 /** `/admin/*`: the operator API (spec "Operator API"), behind `Authorization: Bearer {ADMIN_TOKEN}`. */
 import { Hono } from "hono";
 import * as z from "zod";
+import { explainKey } from "../admin/explain-key";
 import { configOf } from "../config";
 import { Database } from "../db/client";
 import { selectSessionDeliveries } from "../db/deliveries";
@@ -35,6 +36,8 @@ admin.get("/routes/:key", async (c) => {
   });
 });
 
+admin.get("/routes/:key/explain", async (c) => c.json(await explainKey(c.env, c.req.param("key"))));
+
 admin.delete("/routes/:key", async (c) => {
   const key = c.req.param("key");
   await routerFor(c.env, key).forget();
@@ -44,7 +47,7 @@ admin.delete("/routes/:key", async (c) => {
 /** An empty query value (`?key=&open=`) means no filter, as when it is absent. */
 const optional = <T extends z.ZodType>(schema: T) => z.preprocess((v) => (v === "" ? undefined : v), schema.optional());
 
-const listQuery = z.object({
+export const listQuery = z.object({
   key: optional(z.string()),
   open: optional(z.enum(["true", "false", "1", "0"])),
   limit: optional(z.coerce.number().int().min(1).max(1000)),
@@ -86,7 +89,7 @@ admin.get("/sessions/:id", async (c) => {
   });
 });
 
-const endBody = z.object({ reason: z.enum(END_REASONS).exclude(["compression"]).default("admin") }).strict();
+export const endBody = z.object({ reason: z.enum(END_REASONS).exclude(["compression"]).default("admin") }).strict();
 
 admin.post("/sessions/:id/end", async (c) => {
   const id = c.req.param("id");

@@ -64,7 +64,7 @@ agentApi.post("/runs/:id/heartbeat", async (c) => {
   return c.json({ owns: true });
 });
 
-const textBody = z.object({
+export const textBody = z.object({
   text: z
     .string()
     .max(32_768)
@@ -103,7 +103,9 @@ async function sessionForRun(c: Context<{ Bindings: Env }>): Promise<{ run: RunR
   return { run, session };
 }
 
-const endBody = z.object({ reason: z.enum(END_REASONS).exclude(["compression"]).default("agent_close") }).strict();
+export const endBody = z
+  .object({ reason: z.enum(END_REASONS).exclude(["compression"]).default("agent_close") })
+  .strict();
 
 agentApi.post("/sessions/:id/end", async (c) => {
   const { run, session } = await sessionForRun(c);
@@ -113,7 +115,7 @@ agentApi.post("/sessions/:id/end", async (c) => {
   return c.json({ session: sessionJson(result.body.session), changed: result.body.changed });
 });
 
-const rotateBody = z.object({ reason: z.literal("compression").default("compression") }).strict();
+export const rotateBody = z.object({ reason: z.literal("compression").default("compression") }).strict();
 
 agentApi.post("/sessions/:id/rotate", async (c) => {
   const { run, session } = await sessionForRun(c);
@@ -122,7 +124,7 @@ agentApi.post("/sessions/:id/rotate", async (c) => {
   return c.json(result.body, result.status);
 });
 
-const cronBody = z.object({ job_id: z.string().min(1).max(256), text: z.string().min(1).max(32_768) }).strict();
+export const cronBody = z.object({ job_id: z.string().min(1).max(256), text: z.string().min(1).max(32_768) }).strict();
 
 agentApi.post("/cron/runs", async (c) => {
   const config = configOf(c.env);

@@ -1,4 +1,6 @@
 /** The answers of the routing object's RPC methods: an HTTP status and the JSON body the worker passes on. */
+import type { RunRow, SessionRow } from "../db/schema";
+import type { Handoff } from "../domain/explain";
 import type { NotOwnedReason } from "../domain/ownership";
 import { describe } from "../http/outbound";
 import type { Entry } from "./storage";
@@ -56,3 +58,12 @@ export const unavailable = (error: unknown): { status: 503; body: ErrorBody } =>
   status: 503,
   body: { error: { code: "unavailable", message: `storage unavailable, retry later (${describe(error)})` } },
 });
+
+/** What `explainState()` reads for `GET /admin/routes/{key}/explain` (see src/domain/explain.ts). */
+export interface ExplainState {
+  entrySessionId: string | null;
+  row: SessionRow | null;
+  alarmAt: number | null;
+  currentRun: RunRow | null;
+  handoff: Handoff | null;
+}

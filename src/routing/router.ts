@@ -75,6 +75,7 @@ import {
   type AcceptedBody,
   type EntryView,
   type RoutingDecisionName,
+  type ExplainState,
   type RpcResult,
 } from "./results";
 import {
@@ -1105,6 +1106,30 @@ export class SessionRouter extends DurableObject<Env> {
         },
         alarm_at: live ? deadline(policy, row.lastActiveAt) : null,
         session: row,
+      };
+    });
+  }
+
+  /**
+   * `GET /admin/routes/{key}/explain`: what a message would read, read the same way
+   * (the entry's row, else the key's newest row), plus the alarm and the current
+   * run's hand-off. Reads only; `explain()` in src/domain/explain.ts decides.
+   */
+  async explainState(key: string): Promise<ExplainState> {
+    return this.mutex.run(async () => {
+      const [rows] = await this.db.batch(
+        this.entry ? selectSession(this.db, this.entry.sessionId) : selectNewestForKey(this.db, key),
+      );
+      const row = rows[0] ?? null;
+      const [runs] = row?.currentRunId ? await this.db.batch(selectRun(this.db, row.currentRunId)) : [[]];
+      const item = row?.currentRunId ? this.store.get(row.currentRunId) : undefined;
+      return {
+        entrySessionId: this.entry?.sessionId ?? null,
+        row,
+        alarmAt: await this.ctx.storage.getAlarm(),
+        currentRun: runs[0] ?? null,
+        handoff:
+          item?.kind === "run" ? { attempts: item.attempts, lastError: item.lastError, dueAt: item.dueAt } : null,
       };
     });
   }

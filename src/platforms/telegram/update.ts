@@ -26,7 +26,7 @@ const messageSchema = z.looseObject({
 });
 
 // Only the kinds routed are checked; edits and every other kind pass unread (see `inboundOf`).
-const updateSchema = z.looseObject({
+export const updateSchema = z.looseObject({
   update_id: int.nonnegative(),
   message: messageSchema.optional(),
   channel_post: messageSchema.optional(),

@@ -30,7 +30,7 @@ const valueSchema = z.looseObject({
   messages: z.array(messageSchema).optional(),
 });
 
-const payloadSchema = z.looseObject({
+export const payloadSchema = z.looseObject({
   object: z.string(),
   entry: z.array(
     z.looseObject({
