@@ -33,6 +33,8 @@ export interface Config {
    * the routing object's alarm only.
    */
   outboxDrain: "inline" | "alarm";
+  /** `ATTACHMENT_MAX_BYTES`: the largest attachment `GET /v1/attachments/{id}` streams (default 25 MiB). */
+  attachmentMaxBytes: number;
 }
 
 /** The variables this module reads; all are strings in `env` (wrangler vars or secrets). */
@@ -147,6 +149,7 @@ function parseConfig(env: ConfigEnv): Config {
     genericWebhookSecret: text(env, "GENERIC_WEBHOOK_SECRET"),
     genericReplyUrl: url(env, "GENERIC_REPLY_URL"),
     outboxDrain: oneOf(env, "OUTBOX_DRAIN", ["inline", "alarm"] as const, "inline"),
+    attachmentMaxBytes: positiveInt(env, "ATTACHMENT_MAX_BYTES", 25 * 1024 * 1024),
   };
 }
 

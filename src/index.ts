@@ -8,6 +8,7 @@ import { Database, query } from "./db/client";
 import { apiError, errorBody, renderError } from "./http/errors";
 import { admin } from "./routes/admin";
 import { agentApi } from "./routes/agent";
+import { attachmentsApi } from "./routes/attachments";
 import { webhooks } from "./routes/webhooks";
 import { sweep } from "./sweep";
 
@@ -32,6 +33,7 @@ app.get("/healthz", async (c) => {
 app.route("/webhooks", webhooks);
 app.route("/admin", admin);
 app.route("/v1", agentApi);
+app.route("/v1/attachments", attachmentsApi);
 
 export default {
   fetch: app.fetch,

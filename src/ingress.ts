@@ -4,10 +4,12 @@
  * be reached, the platform gets a 503 and retries (spec invariant 1).
  */
 import type { Config } from "./config";
+import type { StoredAttachment } from "./domain/attachments";
 import type { InboundMessage } from "./domain/inbound";
 import { buildSessionKey } from "./domain/session-key";
 import { describe } from "./http/outbound";
 import { errorBody } from "./http/errors";
+import { newId } from "./ids";
 import { routerFor } from "./routing/client";
 import type { AcceptedBody, RpcResult } from "./routing/results";
 
@@ -24,10 +26,16 @@ export function sessionKeyOf(message: InboundMessage, config: Config): string {
   );
 }
 
+/** Gives each attachment the gateway's own id (a retry of the event is a duplicate, so fresh ids are safe). */
+function withIds(message: InboundMessage): StoredAttachment[] | undefined {
+  if (!message.attachments || message.attachments.length === 0) return undefined;
+  return message.attachments.map((attachment) => ({ ...attachment, id: newId("att") }));
+}
+
 export async function ingest(env: Env, config: Config, message: InboundMessage): Promise<RpcResult<AcceptedBody>> {
   const sessionKey = sessionKeyOf(message, config);
   try {
-    return await routerFor(env, sessionKey).route({ ...message, sessionKey });
+    return await routerFor(env, sessionKey).route({ ...message, attachments: withIds(message), sessionKey });
   } catch (error) {
     console.error("routing object unreachable", sessionKey, describe(error));
     return { status: 503, body: errorBody("unavailable", "routing unavailable, retry later") };

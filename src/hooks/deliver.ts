@@ -15,7 +15,7 @@ import { selectMessages } from "../db/sessions";
 import { backoffDelay } from "../http/backoff";
 import { callJson } from "../http/outbound";
 import { metrics } from "../metrics";
-import { boundTranscript } from "./transcript";
+import { boundTranscript, transcriptLine } from "./transcript";
 
 /** Attempts before an event is dead-lettered (about 19 minutes of retrying). */
 export const EVENT_MAX_ATTEMPTS = 12;
@@ -28,9 +28,7 @@ export async function eventBody(db: Database, event: EventRow): Promise<string> 
   const body = JSON.parse(event.payload) as Record<string, unknown>;
   if (event.type === "session.finalized") {
     const [rows] = await db.batch(selectMessages(db, event.sessionId));
-    const { transcript, truncated } = boundTranscript(
-      rows.map((m) => ({ role: m.role, text: m.text, at: m.createdAt })),
-    );
+    const { transcript, truncated } = boundTranscript(rows.map(transcriptLine));
     body.transcript = transcript;
     body.truncated = truncated;
   }
