@@ -294,3 +294,41 @@ describe("GET /v1/attachments/{id}", () => {
     expect(error.message).toContain("ATTACHMENT_MAX_BYTES");
   });
 });
+
+describe("storage", () => {
+  it("stores a redelivered message's attachments once (the dedupe chain guards them too)", async () => {
+    const chat = unique("chat");
+    const event = unique("evt");
+    const first = await send({ chat_id: chat, event_id: event, text: "look", attachments: [photo, photo] } as any);
+    const again = await send({ chat_id: chat, event_id: event, text: "look", attachments: [photo, photo] } as any);
+    expect(again.body.duplicate).toBe(true);
+    const { results } = await env.DB.prepare(`SELECT id FROM attachments WHERE session_id = ?`)
+      .bind(first.body.session_id)
+      .all();
+    expect(results).toHaveLength(2);
+  });
+
+  it("stores them on the first message of a new key and on a message appended to a live session", async () => {
+    const chat = unique("chat");
+    const a = await send({ chat_id: chat, text: "one", attachments: [photo] } as any);
+    await runAlarm(genericKey(chat));
+    const b = await send({ chat_id: chat, text: "two", attachments: [photo] } as any);
+    expect(b.body.session_id).toBe(a.body.session_id);
+    const messages = await messagesOf(a.body.session_id);
+    const withMedia = messages.filter((m: any) => m.attachments !== null);
+    expect(withMedia.map((m) => m.text)).toEqual(["one", "two"]);
+  });
+
+  it("echoes the kinds of the attachments when no agent is configured", async () => {
+    useConfig({ GENERIC_REPLY_URL: REPLY_URL });
+    const chat = unique("chat");
+    const sent = await send({
+      chat_id: chat,
+      text: undefined,
+      attachments: [photo, { ...photo, kind: "voice" }],
+    } as any);
+    await runAlarm(genericKey(chat));
+    const texts = (await messagesOf(sent.body.session_id)).map((m) => m.text);
+    expect(texts).toEqual(["", "echo: [image] [voice]"]);
+  });
+});

@@ -192,8 +192,13 @@ describe("GET /v1/attachments/{id} from Slack", () => {
     expect(response.headers.get("content-type")).toBe("image/png");
     expect(new Uint8Array(await response.arrayBuffer())).toEqual(CHART);
     const downloads = outbound.calls.filter((c) => c.url.startsWith("https://files.slack.com/"));
-    expect(downloads.map((c) => [c.method, c.url, c.headers.authorization])).toEqual([
-      ["GET", "https://files.slack.com/files-pri/T0GATEWAY-F0CHART001/download/q3-chart.png", `Bearer ${BOT_TOKEN}`],
+    expect(downloads.map((c) => [c.method, c.url, c.headers.authorization, c.redirect])).toEqual([
+      [
+        "GET",
+        "https://files.slack.com/files-pri/T0GATEWAY-F0CHART001/download/q3-chart.png",
+        `Bearer ${BOT_TOKEN}`,
+        "manual",
+      ],
     ]);
   });
 

@@ -239,6 +239,8 @@ describe("GET /v1/attachments/{id} from Telegram", () => {
       ["POST", `${API}/bot${TOKEN}/getFile`, { file_id: "AgACAgQAAxkBAAIBn2Vby" }],
       ["GET", `${API}/file/bot${TOKEN}/${FILE_PATH}`, null],
     ]);
+    // The download URL carries the token: a redirect is never followed with it.
+    expect(platform[1]!.redirect).toBe("manual");
   });
 
   it("answers 413 when getFile reports a file over ATTACHMENT_MAX_BYTES, without downloading it", async () => {
