@@ -197,6 +197,17 @@ describe("users without a phone number (BSUID)", () => {
     });
   });
 
+  it("keys each message by its own from_user_id when a delivery carries two users without phone numbers", async () => {
+    const one = delivery(bsuidText);
+    const two = delivery(bsuidText);
+    const value = one.body.entry[0].changes[0].value;
+    value.contacts.push(...two.body.entry[0].changes[0].value.contacts);
+    value.messages.push(...two.body.entry[0].changes[0].value.messages);
+    expect((await post(one.body)).status).toBe(200);
+    expect(await sessionsOfKey(`whatsapp:dm:${one.sender}`)).toHaveLength(1);
+    expect(await sessionsOfKey(`whatsapp:dm:${two.sender}`)).toHaveLength(1);
+  });
+
   it("falls back to the delivery's one contact user_id when the message carries no BSUID", async () => {
     const { body, sender } = delivery(bsuidText);
     delete body.entry[0].changes[0].value.messages[0].from_user_id;
