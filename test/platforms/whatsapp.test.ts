@@ -385,7 +385,7 @@ describe("routing text messages", () => {
     await runAlarm(keyOf(luis));
     expect(bodies()).toEqual([
       textTo(sheena, "echo: first"),
-      textTo(sheena, "echo: this one"),
+      textTo(sheena, "echo: this one [image]"),
       textTo(sheena, "echo: second"),
       textTo(luis, "echo: hola"),
     ]);
