@@ -50,6 +50,8 @@ export interface Config {
    * the routing object's alarm only.
    */
   outboxDrain: "inline" | "alarm";
+  /** `ATTACHMENT_MAX_BYTES`: the largest attachment `GET /v1/attachments/{id}` streams (default 25 MiB). */
+  attachmentMaxBytes: number;
 }
 
 /** The variables this module reads; all are strings in `env` (wrangler vars or secrets). */
@@ -207,6 +209,7 @@ function parseConfig(env: ConfigEnv): Config {
     genericWebhookSecret: read(() => signingSecret(env, "GENERIC_WEBHOOK_SECRET"), null),
     genericReplyUrl: read(() => url(env, "GENERIC_REPLY_URL"), null),
     outboxDrain: read(() => oneOf(env, "OUTBOX_DRAIN", ["inline", "alarm"] as const, "inline"), "inline"),
+    attachmentMaxBytes: read(() => positiveInt(env, "ATTACHMENT_MAX_BYTES", 25 * 1024 * 1024), 25 * 1024 * 1024),
   };
   if (problems.length > 0) throw ConfigError.all(problems);
   return config;

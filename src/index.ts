@@ -9,6 +9,7 @@ import { openApiDocument } from "./openapi/document";
 import { admin } from "./routes/admin";
 import { adminPage } from "./routes/admin-ui";
 import { agentApi } from "./routes/agent";
+import { attachmentsApi } from "./routes/attachments";
 import { webhooks } from "./routes/webhooks";
 import { sweep } from "./sweep";
 
@@ -31,6 +32,7 @@ app.route(
 );
 app.route("/admin", admin);
 app.route("/v1", agentApi);
+app.route("/v1/attachments", attachmentsApi);
 
 export default {
   fetch: app.fetch,

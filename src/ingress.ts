@@ -4,11 +4,13 @@
  * be reached, the platform gets a 503 and retries (spec invariant 1).
  */
 import type { Config } from "./config";
+import type { StoredAttachment } from "./domain/attachments";
 import type { InboundMessage } from "./domain/inbound";
 import { buildSessionKey } from "./domain/session-key";
 import { describe } from "./http/outbound";
 import { errorBody } from "./http/errors";
 import { log } from "./log";
+import { newId } from "./ids";
 import { routerFor } from "./routing/client";
 import type { AcceptedBody, RpcResult } from "./routing/results";
 
@@ -25,6 +27,12 @@ export function sessionKeyOf(message: InboundMessage, config: Config): string {
   );
 }
 
+/** Gives each attachment the gateway's own id (a retry of the event is a duplicate, so fresh ids are safe). */
+function withIds(message: InboundMessage): StoredAttachment[] | undefined {
+  if (!message.attachments || message.attachments.length === 0) return undefined;
+  return message.attachments.map((attachment) => ({ ...attachment, id: newId("att") }));
+}
+
 /**
  * Routes one message and writes its one log line: the routing decision (append,
  * reopen, fresh, promoted, duplicate, command) and how long the routing object took.
@@ -39,7 +47,7 @@ export async function ingest(
   const started = Date.now();
   const fields = { request_id: requestId, session_key: sessionKey, platform: message.platform };
   try {
-    const result = await routerFor(env, sessionKey).route({ ...message, sessionKey });
+    const result = await routerFor(env, sessionKey).route({ ...message, attachments: withIds(message), sessionKey });
     const ms = Date.now() - started;
     if (result.status === 200) {
       const { decision, ...body } = result.body;

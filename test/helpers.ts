@@ -148,6 +148,8 @@ export async function eventsOf(
 export interface Captured {
   url: string;
   method: string;
+  /** The request's redirect mode ("manual" when a credential must not follow a redirect). */
+  redirect: string;
   headers: Record<string, string>;
   body: string;
   json: any;
@@ -175,6 +177,7 @@ export function captureFetch(respond: (request: Captured) => Response | Promise<
     const captured: Captured = {
       url: request.url,
       method: request.method,
+      redirect: request.redirect,
       headers: Object.fromEntries(request.headers),
       body,
       json,

@@ -1,4 +1,6 @@
 /** The agent hand-off (spec "Agent backend"): the body POSTed to AGENT_URL for each run. */
+import type { HandoffAttachment } from "../domain/attachments";
+
 export interface AgentRunRequest {
   run_id: string;
   run_token: string;
@@ -12,6 +14,8 @@ export interface AgentRunRequest {
     user_id: string;
     thread_id: string | null;
     text: string;
+    /** Media the user sent, each with the gateway `path` that serves its bytes to this run's token. */
+    attachments: HandoffAttachment[];
     received_at: number;
   };
 }

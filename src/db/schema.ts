@@ -67,9 +67,35 @@ export const messages = sqliteTable(
     eventId: text(),
     /** The run that produced (assistant) or was started by (user) this message. */
     runId: text(),
+    /**
+     * JSON list of the user's media, as the operator API shows them
+     * (`[{id, kind, mime_type, name, size}]`); null for a message without any.
+     */
+    attachments: text(),
   },
   (table) => [primaryKey({ columns: [table.sessionId, table.seq] })],
 );
+
+/**
+ * Where each attachment's bytes are (spec "Attachments"): the platform reference
+ * behind a gateway id, read only by `GET /v1/attachments/{id}`, never handed to the
+ * agent. Written in the message's own batch, only for messages with media, so a
+ * text-only message costs what it did. WITHOUT ROWID in the migration (one b-tree
+ * row per attachment).
+ */
+export const attachments = sqliteTable("attachments", {
+  id: text().primaryKey(),
+  /** The session whose message carries it: its runs may fetch it. */
+  sessionId: text().notNull(),
+  platform: text().notNull(),
+  /** Telegram file_id, Slack url_private_download, Discord URL, WhatsApp media id, generic URL. */
+  ref: text().notNull(),
+  kind: text().notNull(),
+  mimeType: text(),
+  name: text(),
+  size: integer(),
+  createdAt: integer().notNull(),
+});
 
 /**
  * Dedupe marks of inbound platform events, written in the same D1 batch as the
@@ -198,3 +224,4 @@ export type MessageRow = typeof messages.$inferSelect;
 export type EventRow = typeof events.$inferSelect;
 export type RunRow = typeof runs.$inferSelect;
 export type DeliveryRow = typeof deliveries.$inferSelect;
+export type AttachmentRow = typeof attachments.$inferSelect;

@@ -6,9 +6,11 @@
  * the whole chain is one atomic, one-round-trip unit.
  */
 import { and, desc, eq, isNotNull, isNull, type SQL } from "drizzle-orm";
+import { attachmentsColumn, type StoredAttachment } from "../domain/attachments";
 import type { PolicyReason } from "../domain/end-reasons";
 import type { Replaced } from "../domain/routing-decision";
 import { exec, query, selectRows, type Database, type Statement } from "./client";
+import { insertAttachments } from "./attachments";
 import { sessions, messages, type SessionRow, type MessageRow } from "./schema";
 import { dayOf, RECOVERABLE_SQL, sqlTime } from "./sql-lists";
 
@@ -83,6 +85,8 @@ export interface UserMessage {
   runId: string | null;
   text: string;
   receivedAt: number;
+  /** Media with their platform references; none for a text-only message. */
+  attachments?: readonly StoredAttachment[];
 }
 
 /**
@@ -93,11 +97,7 @@ export interface UserMessage {
  * without the message (nor the message without the mark).
  * The first statement's changed-row count says whether the message was stored.
  */
-export function appendUserMessage(
-  sessionId: string,
-  message: UserMessage,
-  liveSince: number,
-): [Statement<number>, Statement<number>, Statement<number>] {
+export function appendUserMessage(sessionId: string, message: UserMessage, liveSince: number): Statement<number>[] {
   const { platform, eventId, runId, text, receivedAt } = message;
   return [
     exec(
@@ -109,15 +109,17 @@ export function appendUserMessage(
       ...notSeenParams(platform, eventId, receivedAt),
     ),
     exec(
-      `INSERT INTO messages (session_id, seq, role, text, created_at, event_id, run_id)
-        SELECT id, message_count, 'user', ?, ?, ?, ? FROM sessions WHERE id = ? AND changes() = 1`,
+      `INSERT INTO messages (session_id, seq, role, text, created_at, event_id, run_id, attachments)
+        SELECT id, message_count, 'user', ?, ?, ?, ?, ? FROM sessions WHERE id = ? AND changes() = 1`,
       text,
       receivedAt,
       eventId,
       runId,
+      attachmentsColumn(message.attachments),
       sessionId,
     ),
     markSeen(message, sessionId, "changes() = 1"),
+    ...insertAttachments(sessionId, message),
   ];
 }
 
@@ -223,15 +225,17 @@ export function insertSession(
   return [
     insert,
     exec(
-      `INSERT INTO messages (session_id, seq, role, text, created_at, event_id, run_id)
-        SELECT ?, 1, 'user', ?, ?, ?, ? WHERE changes() = 1`,
+      `INSERT INTO messages (session_id, seq, role, text, created_at, event_id, run_id, attachments)
+        SELECT ?, 1, 'user', ?, ?, ?, ?, ? WHERE changes() = 1`,
       session.id,
       first.text,
       first.receivedAt,
       first.eventId,
       first.runId,
+      attachmentsColumn(first.attachments),
     ),
     markSeen(first, session.id, "changes() = 1"),
+    ...insertAttachments(session.id, first),
   ];
 }
 

@@ -3,6 +3,7 @@
  * from. Adapters produce it; nothing below the adapters knows a platform's wire
  * format.
  */
+import type { InboundAttachment, StoredAttachment } from "./attachments";
 import type { ChatType } from "./session-key";
 
 export interface InboundMessage {
@@ -13,7 +14,10 @@ export interface InboundMessage {
   chatType: ChatType;
   userId: string;
   threadId: string | null;
+  /** What the user wrote: the message text, or the caption of its media; "" for media alone. */
   text: string;
+  /** Media sent with it (none when absent). */
+  attachments?: InboundAttachment[];
   /** When the platform says the user sent it, if it says. */
   sentAt: number | null;
   /** What the platform adapter needs to answer in this chat (opaque to routing). */
@@ -29,6 +33,8 @@ export type ReplyTarget = {
 
 /** An inbound message after routing has given it its key and received time. */
 export interface RoutedMessage extends InboundMessage {
+  /** With the gateway's own ids, given by ingress. */
+  attachments?: StoredAttachment[];
   sessionKey: string;
   receivedAt: number;
 }

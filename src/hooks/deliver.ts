@@ -17,7 +17,7 @@ import { callJson } from "../http/outbound";
 import { errorSummary, log } from "../log";
 import { metrics } from "../metrics";
 import { standardWebhookHeaders } from "./standard-webhooks";
-import { boundTranscript } from "./transcript";
+import { boundTranscript, transcriptLine } from "./transcript";
 
 /** Attempts before an event is dead-lettered (about 19 minutes of retrying). */
 export const EVENT_MAX_ATTEMPTS = 12;
@@ -30,9 +30,7 @@ export async function eventBody(db: Database, event: EventRow): Promise<string> 
   const body = JSON.parse(event.payload) as Record<string, unknown>;
   if (event.type === "session.finalized") {
     const [rows] = await db.batch(selectMessages(db, event.sessionId));
-    const { transcript, truncated } = boundTranscript(
-      rows.map((m) => ({ role: m.role, text: m.text, at: m.createdAt })),
-    );
+    const { transcript, truncated } = boundTranscript(rows.map(transcriptLine));
     body.transcript = transcript;
     body.truncated = truncated;
   }

@@ -5,6 +5,7 @@
  */
 import * as z from "zod";
 import { verifyHmacSha256Hex } from "../crypto";
+import { ATTACHMENT_KINDS } from "../domain/attachments";
 import type { InboundMessage } from "../domain/inbound";
 import { CHAT_TYPES } from "../domain/session-key";
 import { apiError } from "../http/errors";
@@ -17,16 +18,35 @@ import type { PlatformAdapter } from "./types";
 
 const id = z.union([z.string().min(1).max(512), z.number().int()]).transform(String);
 
-export const genericBodySchema = z.object({
-  event_id: id,
-  chat_id: id,
-  chat_type: z.enum(CHAT_TYPES),
-  user_id: id,
-  // An empty thread id means "not in a thread", like a missing one.
-  thread_id: z.preprocess((v) => (v === "" ? null : v), id.nullish()),
-  text: z.string().min(1).max(32_768),
-  sent_at: z.number().int().nonnegative().nullish(),
+/** An attachment a generic client sends: where the gateway fetches it (no credential), and what it is. */
+export const genericAttachmentSchema = z.object({
+  url: z.url({ protocol: /^https?$/, error: "must be an http or https URL" }).max(4096),
+  kind: z.enum(ATTACHMENT_KINDS),
+  mime_type: z.string().min(1).max(256).nullish(),
+  name: z.string().min(1).max(1024).nullish(),
+  size: z.number().int().nonnegative().nullish(),
 });
+
+/** More than a chat message ever carries; a bigger list is a client bug. */
+export const GENERIC_MAX_ATTACHMENTS = 20;
+
+export const genericBodySchema = z
+  .object({
+    event_id: id,
+    chat_id: id,
+    chat_type: z.enum(CHAT_TYPES),
+    user_id: id,
+    // An empty thread id means "not in a thread", like a missing one.
+    thread_id: z.preprocess((v) => (v === "" ? null : v), id.nullish()),
+    // Media alone is a message with text "" (spec "what counts as a message").
+    text: z.string().max(32_768).default(""),
+    attachments: z.array(genericAttachmentSchema).max(GENERIC_MAX_ATTACHMENTS).default([]),
+    sent_at: z.number().int().nonnegative().nullish(),
+  })
+  .refine((body) => body.text !== "" || body.attachments.length > 0, {
+    path: ["text"],
+    message: "must not be empty when there are no attachments",
+  });
 
 const SIGNATURE = /^sha256=([0-9a-fA-F]{64})$/;
 
@@ -50,6 +70,13 @@ export function toInbound(body: z.infer<typeof genericBodySchema>): InboundMessa
     userId: body.user_id,
     threadId: body.thread_id ?? null,
     text: body.text,
+    attachments: body.attachments.map((a) => ({
+      kind: a.kind,
+      mimeType: a.mime_type ?? null,
+      name: a.name ?? null,
+      size: a.size ?? null,
+      source: { platform: "generic", ref: a.url },
+    })),
     sentAt: body.sent_at ?? null,
     replyTo: { platform: "generic" },
   };

@@ -1,4 +1,5 @@
 /** JSON shapes of rows in answers: snake_case, as the spec writes them. */
+import { parseAttachmentsColumn } from "../domain/attachments";
 import type { DeliveryRow, EventRow, MessageRow, SessionRow } from "../db/schema";
 
 const snake = (key: string) => key.replace(/[A-Z]/g, (c) => `_${c.toLowerCase()}`);
@@ -9,7 +10,7 @@ export function sessionJson(row: SessionRow): Record<string, unknown> {
 }
 
 export function messageJson(row: MessageRow) {
-  return { role: row.role, text: row.text, at: row.createdAt };
+  return { role: row.role, text: row.text, at: row.createdAt, attachments: parseAttachmentsColumn(row.attachments) };
 }
 
 export function eventJson(row: EventRow) {

@@ -4,6 +4,7 @@
  */
 import type { AgentRunRequest } from "../agent/types";
 import { sha256Hex } from "../crypto";
+import { handoffAttachment } from "../domain/attachments";
 import type { NewRun } from "../db/runs";
 import type { DeliveryRow, SessionRow } from "../db/schema";
 import type { NewSession, UserMessage } from "../db/sessions";
@@ -63,6 +64,7 @@ export function toUserMessage(message: RoutedMessage, runId: string | null): Use
     runId,
     text: message.text,
     receivedAt: message.receivedAt,
+    attachments: message.attachments,
   };
 }
 
@@ -116,6 +118,8 @@ export function agentRequest(work: RunWork): AgentRunRequest {
       user_id: m.userId,
       thread_id: m.threadId,
       text: m.text,
+      // Ids and paths only: the platform reference never leaves the gateway.
+      attachments: (m.attachments ?? []).map(handoffAttachment),
       received_at: m.receivedAt,
     },
   };

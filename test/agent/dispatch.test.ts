@@ -56,6 +56,7 @@ describe("the hand-off", () => {
         user_id: "u7",
         thread_id: "t1",
         text: "hello",
+        attachments: [],
         received_at: T0,
       },
     });

@@ -28,6 +28,7 @@ describe("parseConfigFresh defaults", () => {
       genericWebhookSecret: null,
       genericReplyUrl: null,
       outboxDrain: "inline",
+      attachmentMaxBytes: 25 * 1024 * 1024,
     });
   });
 
@@ -65,6 +66,7 @@ describe("parseConfigFresh defaults", () => {
       GENERIC_WEBHOOK_SECRET: "generic",
       GENERIC_REPLY_URL: "https://reply.example/",
       OUTBOX_DRAIN: "alarm",
+      ATTACHMENT_MAX_BYTES: "1000000",
     });
     expect(config).toEqual({
       reset: {
@@ -86,6 +88,7 @@ describe("parseConfigFresh defaults", () => {
       genericWebhookSecret: "generic",
       genericReplyUrl: "https://reply.example/",
       outboxDrain: "alarm",
+      attachmentMaxBytes: 1_000_000,
     });
   });
 
@@ -235,6 +238,10 @@ describe("AGENT_URL and AGENT_TOKEN", () => {
     const config = parseConfigFresh({ AGENT_TOKEN: "t" });
     expect(config.agentUrl).toBeNull();
     expect(config.agentToken).toBe("t");
+  });
+
+  it.each(["0", "-5", "1.5", "25MB"])("rejects ATTACHMENT_MAX_BYTES %s", (value) => {
+    expect(configError({ ATTACHMENT_MAX_BYTES: value }).key).toBe("ATTACHMENT_MAX_BYTES");
   });
 
   it.each(["0", "-5", "1.5", "soon"])("rejects AGENT_TIMEOUT_MS %s", (value) => {

@@ -170,10 +170,10 @@ describe("delivery to every hook URL", () => {
         truncated: false,
       });
       expect(body.transcript).toEqual([
-        { role: "user", text: "one", at: T0 },
-        { role: "assistant", text: "echo: one", at: T0 + 1_000 },
-        { role: "user", text: "two", at: T0 + 2 * MINUTE },
-        { role: "assistant", text: "echo: two", at: T0 + 3 * MINUTE },
+        { role: "user", text: "one", at: T0, attachments: [] },
+        { role: "assistant", text: "echo: one", at: T0 + 1_000, attachments: [] },
+        { role: "user", text: "two", at: T0 + 2 * MINUTE, attachments: [] },
+        { role: "assistant", text: "echo: two", at: T0 + 3 * MINUTE, attachments: [] },
       ]);
       expect(finalized[0]!.headers["x-sessiongate-event"]).toBe(body.id);
       expect(finalized[0]!.headers["x-sessiongate-signature"]).toBe(
@@ -484,8 +484,14 @@ describe("the transcript bound", () => {
       role: "user",
       text: `bulk ${extra - TRANSCRIPT_MAX_MESSAGES + 1}`,
       at: T0 + 1_101,
+      attachments: [],
     });
-    expect(transcript.at(-1)).toEqual({ role: "assistant", text: `bulk ${extra}`, at: T0 + 1_000 + extra });
+    expect(transcript.at(-1)).toEqual({
+      role: "assistant",
+      text: `bulk ${extra}`,
+      at: T0 + 1_000 + extra,
+      attachments: [],
+    });
     const times = transcript.map((line: { at: number }) => line.at);
     expect(times).toEqual([...times].sort((a, b) => a - b));
     expect(call.headers["x-sessiongate-signature"]).toBe(`sha256=${await hmacHex(SECRET, call.body)}`);
@@ -502,7 +508,7 @@ describe("the transcript bound", () => {
     const call = await finalizeByOperator(calls, key, sent.body.session_id);
     expect(call.json.truncated).toBe(false);
     expect(call.json.transcript).toHaveLength(TRANSCRIPT_MAX_MESSAGES);
-    expect(call.json.transcript[0]).toEqual({ role: "user", text: "m0", at: T0 });
+    expect(call.json.transcript[0]).toEqual({ role: "user", text: "m0", at: T0, attachments: [] });
   });
 
   it(`keeps the newest messages within ${TRANSCRIPT_MAX_BYTES} bytes of text and says truncated`, async () => {

@@ -13,7 +13,6 @@ import messageBot from "../fixtures/slack/message-bot.json";
 import messageChanged from "../fixtures/slack/message-changed.json";
 import messageChannel from "../fixtures/slack/message-channel.json";
 import messageChannelJoin from "../fixtures/slack/message-channel-join.json";
-import messageFilesOnly from "../fixtures/slack/message-files-only.json";
 import messageIm from "../fixtures/slack/message-im.json";
 import messageMpim from "../fixtures/slack/message-mpim.json";
 import messageOwn from "../fixtures/slack/message-own.json";
@@ -380,7 +379,6 @@ describe("events that are not a user's new text: 200, nothing stored", () => {
       },
     ],
     ["a join (channel_join)", () => eventFixture(messageChannelJoin, { channel: unique("C") })],
-    ["files without text", () => eventFixture(messageFilesOnly, { channel: unique("D") })],
     ["whitespace only", () => eventFixture(messageIm, { channel: unique("D"), text: "  \n " })],
     ["an app_mention (the same text also arrives as a message)", () => eventFixture(appMention)],
     ["an app_rate_limited notice", () => ({ token: "t", type: "app_rate_limited", minute_rate_limited: 1926244800 })],

@@ -18,11 +18,9 @@ import editedMessage from "../fixtures/telegram/edited-message.json";
 import forumTopic from "../fixtures/telegram/forum-topic.json";
 import groupText from "../fixtures/telegram/group-text.json";
 import newChatMembers from "../fixtures/telegram/new-chat-members.json";
-import photoCaption from "../fixtures/telegram/photo-caption.json";
 import privateText from "../fixtures/telegram/private-text.json";
 import retry429 from "../fixtures/telegram/retry-429.json";
 import sendOk from "../fixtures/telegram/send-ok.json";
-import sticker from "../fixtures/telegram/sticker.json";
 import supergroupReply from "../fixtures/telegram/supergroup-reply.json";
 import {
   BASE,
@@ -364,8 +362,6 @@ describe("updates that are not routed answer 200 and store nothing", () => {
   const ignored: [string, object][] = [
     ["an edited message (an edit is not a new turn)", editedMessage],
     ["an edited channel post", { update_id: 0, edited_channel_post: { ...channelPost.channel_post, edit_date: 1 } }],
-    ["a sticker", sticker],
-    ["a photo with a caption", photoCaption],
     ["a service message (new members)", newChatMembers],
     ["a callback query", callbackQuery],
     ["a message with empty text", update(privateText, (m) => (m.text = ""))],

@@ -18,7 +18,6 @@ import error131000 from "../fixtures/whatsapp/error-131000.json";
 import error131026 from "../fixtures/whatsapp/error-131026.json";
 import error131047 from "../fixtures/whatsapp/error-131047.json";
 import error131056 from "../fixtures/whatsapp/error-131056.json";
-import imageMessage from "../fixtures/whatsapp/image-message.json";
 import reactionMessage from "../fixtures/whatsapp/reaction-message.json";
 import replyContext from "../fixtures/whatsapp/reply-context.json";
 import sendOk from "../fixtures/whatsapp/send-ok.json";
@@ -372,7 +371,7 @@ describe("routing text messages", () => {
     expect(sent().map((c) => c.url)).toEqual([`${API}/${PHONE_NUMBER_ID}/messages`]);
   });
 
-  it("routes each text message of one delivery, in order, and ignores the others", async () => {
+  it("routes each text and media message of one delivery, in order", async () => {
     const { body, senders } = delivery(batch);
     const [sheena, luis] = senders as [string, string];
     const response = await post(body);
@@ -380,12 +379,13 @@ describe("routing text messages", () => {
     expect(await response.json()).toEqual({});
     const a = await onlySession(keyOf(sheena));
     const b = await onlySession(keyOf(luis));
-    expect((await messagesOf(a.id)).map((m) => m.text)).toEqual(["first", "second"]);
+    expect((await messagesOf(a.id)).map((m) => m.text)).toEqual(["first", "this one", "second"]);
     expect((await messagesOf(b.id)).map((m) => m.text)).toEqual(["hola"]);
     await runAlarm(keyOf(sheena));
     await runAlarm(keyOf(luis));
     expect(bodies()).toEqual([
       textTo(sheena, "echo: first"),
+      textTo(sheena, "echo: this one [image]"),
       textTo(sheena, "echo: second"),
       textTo(luis, "echo: hola"),
     ]);
@@ -405,7 +405,6 @@ describe("deliveries that are not routed answer 200 and store nothing", () => {
   const ignored: [string, object][] = [
     ["a delivered status", statusDelivered],
     ["a failed status (131047)", statusFailed],
-    ["an image, even with a caption", imageMessage],
     ["a reaction", reactionMessage],
     ["an unsupported message", unsupportedMessage],
     ["an account_update change", accountUpdate],
@@ -444,7 +443,7 @@ describe("dedupe on the message id (invariant 9)", () => {
     await post(body);
     await post(body);
     const a = await onlySession(keyOf(senders[0]!));
-    expect((await messagesOf(a.id)).map((m) => m.text)).toEqual(["first", "second"]);
+    expect((await messagesOf(a.id)).map((m) => m.text)).toEqual(["first", "this one", "second"]);
   });
 });
 
@@ -655,7 +654,11 @@ describe("no silent drop (invariant 1)", () => {
     expect(await sessionsOfKey(keyOf(sheena))).toEqual([]);
     expect((await post(body)).status).toBe(200);
     expect((await post(body)).status).toBe(200);
-    expect((await messagesOf((await onlySession(keyOf(sheena))).id)).map((m) => m.text)).toEqual(["first", "second"]);
+    expect((await messagesOf((await onlySession(keyOf(sheena))).id)).map((m) => m.text)).toEqual([
+      "first",
+      "this one",
+      "second",
+    ]);
     expect((await messagesOf((await onlySession(keyOf(luis))).id)).map((m) => m.text)).toEqual(["hola"]);
   });
 });

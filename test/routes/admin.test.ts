@@ -145,8 +145,8 @@ describe("sessions", () => {
     const body = (await (await adminFetch(`/admin/sessions/${sent.body.session_id}`)).json()) as any;
     expect(body.session.id).toBe(sent.body.session_id);
     expect(body.messages).toEqual([
-      { role: "user", text: "one", at: T0 },
-      { role: "user", text: "two", at: T0 + 1 },
+      { role: "user", text: "one", at: T0, attachments: [] },
+      { role: "user", text: "two", at: T0 + 1, attachments: [] },
     ]);
     expect(body.events.map((e: any) => e.type)).toEqual(["session.started"]);
     expect(body.deliveries).toEqual([]);

@@ -38,6 +38,7 @@ export const OPTION = {
   Subcommand: 1,
   SubcommandGroup: 2,
   String: 3,
+  Attachment: 11,
 } as const satisfies Members<typeof ApplicationCommandOptionType>;
 
 export const CHANNEL = {

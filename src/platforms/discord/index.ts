@@ -13,7 +13,14 @@ import { parseJsonBytes, validationError } from "../parse";
 import { settingsForSending } from "../settings";
 import type { PlatformAdapter, WebhookAnswer, WebhookVerdict } from "../types";
 import { FLAGS, INTERACTION, RESPONSE } from "./constants";
-import { commandSchema, commandToInbound, DISCORD, interactionHeadSchema, interactionText } from "./interactions";
+import {
+  commandSchema,
+  commandToInbound,
+  DISCORD,
+  interactionAttachments,
+  interactionHeadSchema,
+  interactionText,
+} from "./interactions";
 import { sendDiscord, targetOf } from "./send";
 import { discordSettings, type DiscordSettings } from "./settings";
 import { verifyDiscordRequest } from "./signature";
@@ -52,9 +59,10 @@ function interaction(body: unknown): WebhookVerdict {
   }
   const parsed = commandSchema.safeParse(body);
   if (!parsed.success) throw validationError(parsed.error);
-  const text = interactionText(parsed.data);
+  const attachments = interactionAttachments(parsed.data);
+  const text = interactionText(parsed.data, attachments.length);
   if (text === null) return { kind: "answer", answer: privateNote(NO_TEXT_TEXT) };
-  const message = commandToInbound(parsed.data, text);
+  const message = commandToInbound(parsed.data, text, attachments);
   const isCommand = parseCommand(text) !== null;
   return {
     kind: "route",

@@ -6,6 +6,7 @@
 import type { APIApplicationCommandInteractionDataOption } from "discord-api-types/v10";
 import * as z from "zod";
 import { now } from "../../clock";
+import { kindOfMime, sizeOf, stringOrNull, type InboundAttachment } from "../../domain/attachments";
 import type { InboundMessage, ReplyTarget } from "../../domain/inbound";
 import type { ChatType } from "../../domain/session-key";
 import { apiError } from "../../http/errors";
@@ -56,7 +57,27 @@ export const commandSchema = z.looseObject({
   member: z.looseObject({ user: userSchema }).optional(),
   user: userSchema.optional(),
   context: z.number().int().optional(),
-  data: z.looseObject({ name: z.string().min(1).max(64), options: z.array(optionSchema).optional() }),
+  data: z.looseObject({
+    name: z.string().min(1).max(64),
+    options: z.array(optionSchema).optional(),
+    resolved: z
+      .looseObject({
+        // `APIAttachment`: what an attachment option's value (its id) stands for.
+        attachments: z
+          .record(
+            z.string(),
+            z.looseObject({
+              id: snowflake,
+              filename: z.string().optional(),
+              content_type: z.string().optional(),
+              size: z.number().optional(),
+              url: z.url({ protocol: /^https?$/ }),
+            }),
+          )
+          .optional(),
+      })
+      .optional(),
+  }),
 });
 
 export type CommandInteraction = z.infer<typeof commandSchema>;
@@ -81,12 +102,48 @@ export function firstStringOption(options: readonly Option[] | undefined): strin
   return null;
 }
 
-/** The text an interaction stands for: `/new` etc. for the gateway's commands, else its first string option. */
-export function interactionText(interaction: CommandInteraction): string | null {
+/** The values (attachment ids) of every ATTACHMENT option, in order, inside subcommands too. */
+export function attachmentOptionIds(options: readonly Option[] | undefined): string[] {
+  const ids: string[] = [];
+  for (const option of options ?? []) {
+    if (option.type === OPTION.Attachment && typeof option.value === "string") ids.push(option.value);
+    if (option.type === OPTION.Subcommand || option.type === OPTION.SubcommandGroup) {
+      ids.push(...attachmentOptionIds(option.options));
+    }
+  }
+  return ids;
+}
+
+/** Each attachment option of a command, resolved through `data.resolved.attachments`. */
+export function interactionAttachments(interaction: CommandInteraction): InboundAttachment[] {
+  const resolved = interaction.data.resolved?.attachments ?? {};
+  return attachmentOptionIds(interaction.data.options).flatMap((id) => {
+    const file = Object.hasOwn(resolved, id) ? resolved[id] : undefined;
+    if (!file) throw apiError(400, "invalid_body", `data.resolved.attachments.${id} is required for this option`);
+    const mimeType = stringOrNull(file.content_type);
+    return [
+      {
+        kind: kindOfMime(mimeType),
+        mimeType,
+        name: stringOrNull(file.filename),
+        size: sizeOf(file.size),
+        source: { platform: DISCORD, ref: file.url },
+      },
+    ];
+  });
+}
+
+/**
+ * The text an interaction stands for: `/new` etc. for the gateway's commands, else
+ * its first string option; "" when it has none but carries attachments; null when
+ * it has neither (nothing to hand over).
+ */
+export function interactionText(interaction: CommandInteraction, attachmentCount = 0): string | null {
   const name = interaction.data.name.toLowerCase();
   if (GATEWAY_COMMANDS.has(name)) return `/${name}`;
   const text = firstStringOption(interaction.data.options);
-  return text !== null && text.trim() !== "" ? text : null;
+  if (text !== null && text.trim() !== "") return text;
+  return attachmentCount > 0 ? "" : null;
 }
 
 interface Conversation {
@@ -138,7 +195,11 @@ export function snowflakeTime(id: string): number | null {
   }
 }
 
-export function commandToInbound(interaction: CommandInteraction, text: string): InboundMessage {
+export function commandToInbound(
+  interaction: CommandInteraction,
+  text: string,
+  attachments: InboundAttachment[] = [],
+): InboundMessage {
   const conversation = conversationOf(interaction);
   const replyTo: DiscordTarget = {
     platform: DISCORD,
@@ -154,6 +215,7 @@ export function commandToInbound(interaction: CommandInteraction, text: string):
     eventId: interaction.id,
     ...conversation,
     text,
+    attachments,
     sentAt: snowflakeTime(interaction.id),
     replyTo,
   };

@@ -6,6 +6,7 @@
  */
 import type { GenericMessageEvent } from "@slack/types";
 import * as z from "zod";
+import { kindOfMime, sizeOf, stringOrNull, type InboundAttachment } from "../../domain/attachments";
 import type { InboundMessage, ReplyTarget } from "../../domain/inbound";
 import type { ChatType } from "../../domain/session-key";
 
@@ -34,6 +35,51 @@ export const eventCallbackSchema = z.looseObject({
   authorizations: z.array(z.looseObject({ user_id: z.string().nullish(), is_bot: z.boolean().nullish() })).nullish(),
 });
 
+/**
+ * Subtypes that are still a user's new message: a file shared with an optional
+ * comment, a thread reply also sent to the channel, and `/me` text. Every other
+ * subtype (bot_message, message_changed, message_deleted, joins, topic changes…)
+ * is not a turn.
+ */
+export const USER_SUBTYPES = new Set(["file_share", "thread_broadcast", "me_message"]);
+
+/** Slackbot's own notices in a DM come as its user id, without a `bot_id`. */
+export const SLACKBOT_USER = "USLACKBOT";
+
+const fileSchema = z.looseObject({
+  id: z.string().min(1).max(256),
+  name: z.string().nullish(),
+  title: z.string().nullish(),
+  mimetype: z.string().nullish(),
+  size: z.number().nullish(),
+  mode: z.string().nullish(),
+  subtype: z.string().nullish(),
+  url_private: z.string().nullish(),
+  url_private_download: z.string().nullish(),
+});
+
+const filesSchema = z.array(fileSchema).optional();
+
+/**
+ * The media of a message: each of `files` except deleted ones (`mode: "tombstone"`).
+ * Slack's audio clips (`subtype: "slack_audio"`) are voice notes. A file Slack gives
+ * no download URL for (an external or hidden one) is still listed; fetching it is a 502.
+ */
+export function slackAttachments(files: z.infer<typeof filesSchema>): InboundAttachment[] {
+  return (files ?? [])
+    .filter((file) => file.mode !== "tombstone")
+    .map((file) => {
+      const mimeType = stringOrNull(file.mimetype);
+      return {
+        kind: file.subtype === "slack_audio" ? "voice" : kindOfMime(mimeType),
+        mimeType,
+        name: stringOrNull(file.name) ?? stringOrNull(file.title),
+        size: sizeOf(file.size),
+        source: { platform: SLACK, ref: file.url_private_download ?? file.url_private ?? "" },
+      };
+    });
+}
+
 /** Enough of any `message` event to tell a user's own new message from everything else. */
 export const messageHeadSchema = z.looseObject({
   subtype: z.string().nullish(),
@@ -53,10 +99,13 @@ const userMessageSchema = z.looseObject({
   text: z.string().optional(),
   ts: z.string().regex(/^\d+(\.\d+)?$/),
   thread_ts: z.string().min(1).max(256).optional(),
+  files: filesSchema,
 });
 
 export function parseUserMessage(event: unknown) {
-  return userMessageSchema.safeParse(event) as z.ZodSafeParseResult<UserMessageFields>;
+  return userMessageSchema.safeParse(event) as z.ZodSafeParseResult<
+    UserMessageFields & { files?: z.infer<typeof filesSchema> }
+  >;
 }
 
 /**
@@ -98,6 +147,7 @@ export function messageToInbound(
   message: UserMessageFields,
   chatType: ChatType,
   text: string,
+  attachments: InboundAttachment[] = [],
 ): InboundMessage {
   const threadTs = message.thread_ts ?? null;
   const replyTo: SlackTarget = { platform: SLACK, channel: message.channel };
@@ -110,6 +160,7 @@ export function messageToInbound(
     userId: message.user,
     threadId: threadTs,
     text,
+    attachments,
     sentAt: tsToMs(message.ts),
     replyTo,
   };

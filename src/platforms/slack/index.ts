@@ -25,7 +25,10 @@ import {
   SLACK,
   slashCommandSchema,
   slashToInbound,
+  slackAttachments,
+  SLACKBOT_USER,
   urlVerificationSchema,
+  USER_SUBTYPES,
 } from "./events";
 import { sendSlack } from "./send";
 import { slackSettings, type SlackSettings } from "./settings";
@@ -77,9 +80,11 @@ function eventRequest(body: unknown): WebhookVerdict {
   if (event.type !== "message") return ignore();
   const head = messageHeadSchema.safeParse(event);
   if (!head.success) throw validationError(head.error);
-  // Any subtype is not a user's new message: bot_message, message_changed (edits),
-  // message_deleted, joins, topic changes, file shares, thread broadcasts...
-  if (head.data.subtype || head.data.bot_id) return ignore();
+  // Other subtypes are not a user's new message: bot_message, message_changed (edits),
+  // message_deleted, joins, topic changes...
+  if ((head.data.subtype && !USER_SUBTYPES.has(head.data.subtype)) || head.data.bot_id) return ignore();
+  // Slackbot's notices in a DM are not the user's; answering them talks to Slackbot.
+  if (head.data.user === SLACKBOT_USER) return ignore();
   // Our own posts come back as events too; answering them would loop.
   if (head.data.user && ownBotUsers(callback.data).has(head.data.user)) return ignore();
   const message = parseUserMessage(event);
@@ -89,11 +94,13 @@ function eventRequest(body: unknown): WebhookVerdict {
     log.warn("slack: ignoring a message with an unknown channel_type", { channel_type: message.data.channel_type });
     return ignore();
   }
-  const text = message.data.text ?? "";
-  if (text.trim() === "") return ignore();
+  // The text of a file share is the comment the user wrote with the files.
+  const text = (message.data.text ?? "").trim() === "" ? "" : message.data.text!;
+  const attachments = slackAttachments(message.data.files);
+  if (text === "" && attachments.length === 0) return ignore();
   return {
     kind: "route",
-    messages: [messageToInbound(callback.data.event_id, message.data, chatType, text)],
+    messages: [messageToInbound(callback.data.event_id, message.data, chatType, text, attachments)],
     answer: () => ACK,
   };
 }

@@ -38,7 +38,13 @@ export function classify(outcome: CallOutcome): SendOutcome {
   return { ok, retryable, retryAfterMs, status, error };
 }
 
-const targetSchema = z.object({ to: z.string().min(1), phone_number_id: z.string().min(1).nullish() });
+const targetSchema = z
+  .object({
+    to: z.string().min(1).nullish(),
+    recipient: z.string().min(1).nullish(),
+    phone_number_id: z.string().min(1).nullish(),
+  })
+  .refine((t) => t.to || t.recipient, { message: "a target needs to or recipient" });
 
 /**
  * Sends one outbound message, the reset notice on its first line, from the number
@@ -55,6 +61,8 @@ export async function sendWhatsApp(
     return { ok: false, retryable: false, retryAfterMs: null, status: null, error: "malformed whatsapp reply target" };
   }
   const from = target.data.phone_number_id ?? settings.phoneNumberId;
+  // A user known only by their business-scoped id (no phone number) is addressed as `recipient`.
+  const addressee = target.data.to ? { to: target.data.to } : { recipient: target.data.recipient! };
   const url = `${settings.apiBase}/${encodeURIComponent(from)}/messages`;
   const parts = splitText(withNotice(message), WHATSAPP_TEXT_LIMIT);
   let last: SendOutcome | null = null;
@@ -62,7 +70,7 @@ export async function sendWhatsApp(
     last = classify(
       await callJson(
         url,
-        { messaging_product: "whatsapp", to: target.data.to, type: "text", text: { body } },
+        { messaging_product: "whatsapp", ...addressee, type: "text", text: { body } },
         { headers: { authorization: `Bearer ${settings.accessToken}` }, timeoutMs: 10_000 },
       ),
     );
