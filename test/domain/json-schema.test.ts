@@ -12,7 +12,10 @@ describe("z.toJSONSchema on the request schemas", () => {
   it("describes the generic webhook body (its input side)", () => {
     const schema = z.toJSONSchema(genericBodySchema, { io: "input" }) as any;
     expect(schema.type).toBe("object");
-    expect(schema.required).toEqual(expect.arrayContaining(["event_id", "chat_id", "chat_type", "user_id", "text"]));
+    // `text` may be left out when the message carries attachments (media alone is text "").
+    expect(schema.required).toEqual(expect.arrayContaining(["event_id", "chat_id", "chat_type", "user_id"]));
+    expect(schema.required).not.toContain("text");
+    expect(schema.properties.attachments.type).toBe("array");
     expect(schema.properties.chat_type.enum).toEqual(["dm", "group", "channel"]);
   });
 
