@@ -128,6 +128,11 @@ export interface ReplyRecord {
   text: string | null;
   /** The session must still be within its policy: last activity at or after this. */
   liveSince: number;
+  /**
+   * The session is held open by its turn in progress (spec invariant 6: expiry
+   * waits for it), so the reply is recorded even past the policy's deadline.
+   */
+  held: boolean;
   now: number;
   /** Whether the reply has anywhere to go (a delivery row is written only then). */
   deliverable: boolean;
@@ -145,18 +150,19 @@ export interface ReplyRecord {
  * is still owed.
  */
 function replyChain(reply: ReplyRecord, options: { makeCurrent: boolean }): Statement<unknown>[] {
-  const { runId, sessionId, text, liveSince, now, deliverable } = reply;
+  const { runId, sessionId, text, liveSince, held, now, deliverable } = reply;
   return [
     exec(
       `UPDATE sessions SET last_active_at = MAX(last_active_at, ?), message_count = message_count + 1,
           current_run_id = CASE WHEN ? THEN ? ELSE current_run_id END
-        WHERE id = ? AND changes() = 1 AND ? AND end_reason IS NULL AND last_active_at >= ?
+        WHERE id = ? AND changes() = 1 AND ? AND end_reason IS NULL AND (? OR last_active_at >= ?)
           AND NOT EXISTS (SELECT 1 FROM runs WHERE id = ? AND revoked_reason IS NOT NULL)`,
       now,
       options.makeCurrent ? 1 : 0,
       runId,
       sessionId,
       text === null ? 0 : 1,
+      held ? 1 : 0,
       sqlTime(liveSince),
       runId,
     ),
