@@ -13,7 +13,7 @@
 import { DurableObject } from "cloudflare:workers";
 import { now as clockNow } from "../clock";
 import { configOf, effectiveEnv, type Config } from "../config";
-import { randomToken } from "../crypto";
+import { randomToken, sha256Hex } from "../crypto";
 import { Database, type Statement } from "../db/client";
 import {
   endedEvents,
@@ -22,7 +22,7 @@ import {
   selectNextSessionEventAt,
   type InitialStatus,
 } from "../db/events";
-import { insertDelivery, recordDeliveryAttempt, selectDelivery } from "../db/deliveries";
+import { insertDelivery, recordDeliveryAttempt, requeueDelivery, selectDelivery } from "../db/deliveries";
 import {
   dispatchRun,
   markRunFailed,
@@ -31,8 +31,10 @@ import {
   recordReply,
   revokeRuns,
   selectRun,
+  markRunAccepted,
+  recordRunRetry,
+  requeueFailedRun,
   selectSessionOfRun,
-  touchHeartbeat,
 } from "../db/runs";
 import type { DeliveryRow, RunRow, SessionRow } from "../db/schema";
 import {
@@ -69,7 +71,16 @@ import { countEnded, metrics } from "../metrics";
 import { senderFor } from "../platforms";
 import { BoundedSet } from "./bounded-set";
 import { Mutex } from "./mutex";
-import { notFound, notOwned, unavailable, type AcceptedBody, type EntryView, type RpcResult } from "./results";
+import {
+  conflict,
+  notFound,
+  notOwned,
+  unavailable,
+  type AcceptedBody,
+  type EntryView,
+  type ErrorBody,
+  type RpcResult,
+} from "./results";
 import {
   agentRequest,
   deliveryWork,
@@ -744,7 +755,7 @@ export class SessionRouter extends DurableObject<Env> {
   private async expectHeartbeats(sessionId: string, runId: string, now: number): Promise<void> {
     // The lease runs from the acceptance, not from the first attempt (which may be
     // long ago when the agent was down): a late acceptance is not a vanished owner.
-    const heard = touchHeartbeat(runId, now);
+    const heard = markRunAccepted(runId, now);
     if (this.entry?.sessionId !== sessionId) {
       await this.db.batch(heard);
       return;
@@ -875,14 +886,18 @@ export class SessionRouter extends DurableObject<Env> {
       }
       if (outcome.kind === "retry" || outcome.kind === "failed") {
         const expired = now - item.createdAt > RUN_GIVE_UP_MS;
-        if (outcome.kind === "retry" && !expired)
+        if (outcome.kind === "retry" && !expired) {
+          await this.db.batch(recordRunRetry(work.runId, outcome.error));
           return this.reschedule(item, outcome.error, outcome.retryAfterMs, now);
+        }
         const failed = markRunFailed(work.runId, now, outcome.error);
         // A scheduled job's session has this one run: once it failed, the job is over,
         // and both are recorded in one batch (a failed batch is retried as a whole).
         if (work.message.platform === CRON_PLATFORM)
           await this.mutex.run(() => this.endNow(work.sessionId, "cron_complete", clockNow(), [failed]));
         else await this.db.batch(failed);
+        // Invariant 12: a user left without an answer is counted, and can be retried.
+        metrics.runs_failed += 1;
         this.store.delete(item.id);
         return;
       }
@@ -900,8 +915,9 @@ export class SessionRouter extends DurableObject<Env> {
 
   /** Makes the run its session's current run; false when its session ended before the hand-off. */
   private async beginRun(work: RunWork, now: number): Promise<boolean> {
-    const [, , , , runs] = await this.db.batch(
+    const [, , , , , runs] = await this.db.batch(
       ...(dispatchRun(await newRunOf(work), now) as [
+        Statement<number>,
         Statement<number>,
         Statement<number>,
         Statement<number>,
@@ -1082,6 +1098,8 @@ export class SessionRouter extends DurableObject<Env> {
       ),
     );
     if (retry) return this.reschedule(item, outcome.error ?? "failed", outcome.retryAfterMs, now);
+    // Invariant 12: an answer dead-lettered is counted, and can be retried.
+    if (!outcome.ok) metrics.deliveries_failed += 1;
     this.store.delete(item.id);
   }
 
@@ -1162,6 +1180,88 @@ export class SessionRouter extends DurableObject<Env> {
       const now = clockNow();
       this.stageEvents(sessionId, now);
       await this.rearm(now);
+    });
+  }
+
+  /**
+   * `POST /admin/runs/{id}/retry`: hands a failed run to the agent again through the
+   * outbox: the same run id, a fresh attempt count (and a day of retries), a fresh
+   * token. Only a failed run of a live session (a reply could land nowhere else).
+   */
+  async retryRun(runId: string): Promise<RpcResult<{ run: RunRow }> | { status: 409; body: ErrorBody }> {
+    return this.mutex.run(async () => {
+      const now = clockNow();
+      try {
+        const found = await this.runWithSession(runId);
+        if (!found) return notFound(`no run ${runId}`);
+        const { run, session } = found;
+        if (run.failedAt === null || run.finishedAt !== null || run.revokedReason !== null) {
+          return conflict("not_failed", `run ${runId} has not failed`);
+        }
+        if (session.endReason !== null) {
+          return conflict("session_ended", `the session of run ${runId} has ended: its reply could land nowhere`);
+        }
+        if (!run.message) return conflict("not_retryable", `run ${runId} predates retries (no message kept)`);
+        const work: RunWork = {
+          stage: "dispatch",
+          runId,
+          token: makeRunToken(runId, randomToken()),
+          sessionId: session.id,
+          isNew: false,
+          parentId: session.parentSessionId,
+          reset: null,
+          message: JSON.parse(run.message) as RoutedMessage,
+        };
+        // Staged first, like any hand-off; removed again if D1 refuses the retry.
+        this.stage(runId, "run", work, now, true);
+        let rows: RunRow[];
+        try {
+          const [changed, after] = await this.db.batch(
+            requeueFailedRun(runId, await sha256Hex(work.token)),
+            selectRun(this.db, runId),
+          );
+          if (changed !== 1) throw new Error(`run ${runId} changed meanwhile`);
+          rows = after;
+        } catch (error) {
+          this.store.delete(runId);
+          throw error;
+        }
+        this.confirmedRuns.add(runId);
+        return { status: 200, body: { run: rows[0]! } };
+      } catch (error) {
+        return unavailable(error);
+      } finally {
+        await this.rearm(now);
+      }
+    });
+  }
+
+  /**
+   * `POST /admin/deliveries/{id}/retry`: sends a failed reply or command answer
+   * again through the outbox, with a fresh attempt count.
+   */
+  async retryDelivery(
+    deliveryId: string,
+    sessionKey: string,
+  ): Promise<RpcResult<{ delivery: DeliveryRow }> | { status: 409; body: ErrorBody }> {
+    return this.mutex.run(async () => {
+      const now = clockNow();
+      try {
+        const [rows] = await this.db.batch(selectDelivery(deliveryId));
+        const row = rows[0];
+        if (!row) return notFound(`no delivery ${deliveryId}`);
+        if (row.status !== "failed") return conflict("not_failed", `delivery ${deliveryId} has not failed`);
+        const [changed, after] = await this.db.batch(requeueDelivery(deliveryId, now), selectDelivery(deliveryId));
+        if (changed !== 1 || !after[0]) return conflict("not_failed", `delivery ${deliveryId} has not failed`);
+        const work = deliveryWork(after[0], sessionKey);
+        if (work.kind === "command") this.confirmedAnswers.add(deliveryId);
+        this.stage(deliveryId, "delivery", work, now, true);
+        return { status: 200, body: { delivery: after[0] } };
+      } catch (error) {
+        return unavailable(error);
+      } finally {
+        await this.rearm(now);
+      }
     });
   }
 
