@@ -93,7 +93,9 @@ export function verify({ runTag, messages, sessions, agent, hooks, replies }) {
   for (const { row, messages: stored, events } of sessions) {
     const reason = row.end_reason ?? "live";
     byReason[reason] = (byReason[reason] ?? 0) + 1;
-    if (row.end_reason === null) live.push(row.id);
+    if (row.end_reason === null) {
+      live.push(`${row.id} (${row.session_key}, started ${row.started_at}, last active ${row.last_active_at})`);
+    }
     const atHook = finalizedAtHook.get(row.id) ?? [];
     const inD1 = events.filter((e) => e.type === "session.finalized").map((e) => e.id);
     if (!FINALIZING.has(row.end_reason)) {
