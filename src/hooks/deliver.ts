@@ -13,7 +13,7 @@ import { claimEvent, recordEventAttempt } from "../db/events";
 import type { EventRow } from "../db/schema";
 import { selectMessages } from "../db/sessions";
 import { backoffDelay } from "../http/backoff";
-import { callJson } from "../http/outbound";
+import { callJson, redactUrl } from "../http/outbound";
 import { metrics } from "../metrics";
 import { boundTranscript } from "./transcript";
 
@@ -65,7 +65,8 @@ export async function attemptEvent(
       continue;
     }
     metrics.events_failed += 1;
-    lastError = `${url}: ${outcome.error ?? "failed"}`;
+    // Scheme and host only: a hook URL may carry a credential (user:password, a token).
+    lastError = `${redactUrl(url)}: ${outcome.error ?? "failed"}`;
     // Even a 4xx is retried on the schedule: a receiver can be fixed by its
     // operator, and the cap dead-letters the event if it is not.
     retryAfterMs = outcome.retryAfterMs ?? retryAfterMs;
