@@ -628,6 +628,7 @@ class Rotate extends RunCommand {
           staged: target.staged,
         });
         target.noticeOwed = null;
+        if (target.currentRun && KNOWN_GAPS.leaseUnwatchedAfterRotation) target.currentRun.leaseUnwatched = true;
         for (const moved of m.runsOf(target)) {
           if (moved.runId === null && KNOWN_GAPS.stagedHandOffLeftBehindByRotation) continue;
           if (moved === target.currentRun || !["finished", "failed", "revoked"].includes(moved.state))

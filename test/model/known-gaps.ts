@@ -18,4 +18,12 @@ export const KNOWN_GAPS = {
    * the turn, still current, to the continuation.
    */
   stagedHandOffLeftBehindByRotation: !strict,
+  /**
+   * After a rotation by a run the agent accepted with 202, the routing object no
+   * longer watches that run's lease: the continuation's alarm is set for its policy
+   * deadline only (none at all for mode `none`), so an owner that vanished is not
+   * reaped (`orphan_reap`) when the lease lapses (docs/agent.md: the alarm enforces
+   * the lease).
+   */
+  leaseUnwatchedAfterRotation: !strict,
 };
