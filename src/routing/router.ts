@@ -1500,6 +1500,14 @@ export class SessionRouter extends DurableObject<Env> {
     });
   }
 
+  /**
+   * Resolves once no drain of the outbox is running (tests and diagnostics: wait for
+   * work started in the background of a request without reaching into the object).
+   */
+  async drained(): Promise<void> {
+    while (this.activeDrain) await this.activeDrain.catch(() => undefined);
+  }
+
   /** The outbox as a list (tests and diagnostics); run tokens are left out. */
   async outbox(): Promise<{ id: string; kind: string; dueAt: number; attempts: number; lastError: string | null }[]> {
     return this.store
