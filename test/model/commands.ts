@@ -699,8 +699,11 @@ class LateReply extends RunCommand {
           return;
         }
         const expired = m.expiry(session).length > 0;
-        const held = session.currentRun === run || m.held(session) === true;
-        if (expired && !held) {
+        // Past the deadline the reply lands only while the turn still holds the session
+        // (invariant 6: a hand-off in the outbox, or the current run within its lease).
+        const held = m.held(session);
+        const refused = expired && (held === false || (held === "unknown" && answer.status === 409));
+        if (refused) {
           expectStatus("run reply past the deadline", answer, 409);
           run.state = "finished";
           const d1 = await sessionRow(session.id);
