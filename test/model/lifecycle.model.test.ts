@@ -139,6 +139,8 @@ const lifecycle = fc.asyncProperty(
     lastLog = real.log;
     await fc.asyncModelRun(() => ({ model, real }), commands);
     await settle(model, real);
+    // Progress for long soaks: a run that passed, and the steps so far.
+    if (runCounter % 10 === 0) console.log(`model: ${steps.count} steps after ${runCounter} runs`);
   },
 );
 
