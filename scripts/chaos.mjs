@@ -250,7 +250,10 @@ for (const signal of ["SIGINT", "SIGTERM", "SIGHUP"]) {
     if (interrupted) return;
     interrupted = true;
     console.error(`\n${signal}: stopping everything the crash check started…`);
-    stopEverything().finally(() => process.exit(signal === "SIGINT" ? 130 : 143));
+    stopEverything().finally(() => {
+      if (stateDir) console.error(`chaos: state kept in ${stateDir}`);
+      process.exit(signal === "SIGINT" ? 130 : 143);
+    });
   });
 }
 // Last resort: never leave a gateway running behind us.
