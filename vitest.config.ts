@@ -1,6 +1,22 @@
 import { cloudflareTest, readD1Migrations } from "@cloudflare/vitest-pool-workers";
 import { defineConfig } from "vitest/config";
 
+/** MODEL_STEPS, MODEL_SEED, MODEL_PATH, MODEL_MAX_COMMANDS, MODEL_TIMEOUT_MS, MODEL_TRACE from the environment, when set. */
+function modelTestBindings(): Record<string, string> {
+  const environment = (globalThis as unknown as { process: { env: Record<string, string | undefined> } }).process.env;
+  const names = [
+    "MODEL_STEPS",
+    "MODEL_SEED",
+    "MODEL_PATH",
+    "MODEL_MAX_COMMANDS",
+    "MODEL_TIMEOUT_MS",
+    "MODEL_TRACE",
+    "MODEL_NO_SHRINK",
+    "MODEL_STRICT",
+  ];
+  return Object.fromEntries(names.filter((name) => environment[name]).map((name) => [name, environment[name]!]));
+}
+
 export default defineConfig(async () => {
   const migrations = await readD1Migrations("./migrations");
   return {
@@ -16,6 +32,8 @@ export default defineConfig(async () => {
             // Most tests drive staged work with runDurableObjectAlarm, one step at a
             // time; test/routing/inline-drain.test.ts covers the default, inline.
             OUTBOX_DRAIN: "alarm",
+            // The model-based test's budget and replay (npm run soak sets them).
+            ...modelTestBindings(),
           },
         },
       }),

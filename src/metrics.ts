@@ -15,6 +15,10 @@ export interface Counters {
   sessions_ended: Partial<Record<EndReason, number>>;
   events_delivered: number;
   events_failed: number;
+  /** Runs whose hand-off failed for good (a refusing 4xx, or a day of retries). */
+  runs_failed: number;
+  /** Replies and command answers whose delivery was dead-lettered (failed for good). */
+  deliveries_failed: number;
   d1_queries: number;
   d1_rows_read: number;
   d1_rows_written: number;
@@ -35,6 +39,8 @@ function zero(): Counters {
     sessions_ended: {},
     events_delivered: 0,
     events_failed: 0,
+    runs_failed: 0,
+    deliveries_failed: 0,
     d1_queries: 0,
     d1_rows_read: 0,
     d1_rows_written: 0,

@@ -35,6 +35,8 @@ export class Database {
   /** Runs the statements as one D1 batch (one round trip, one transaction). */
   async batch<const S extends readonly Statement<unknown>[]>(...statements: S): Promise<Results<S>> {
     const prepared = statements.map((s) => this.binding.prepare(s.sql).bind(...s.params));
+    const faultAt = takeFault(statements);
+    if (faultAt !== null) prepared[faultAt] = this.binding.prepare(FAULT_SQL);
     const results = await this.binding.batch(prepared);
     recordD1Batch(
       this.path,
@@ -47,6 +49,42 @@ export class Database {
   on(path: D1Path): Database {
     return path === this.path ? this : new Database(this.binding, path);
   }
+}
+
+/**
+ * Test seam (D1 faults): the next batch that `match` accepts has its statement at
+ * `index` replaced by one D1 refuses, so real D1 fails that batch there and rolls
+ * it back, as a D1 outage mid-batch would. Set only by tests (`injectD1Fault`);
+ * nothing in the gateway sets it, so it is never active in production. Module
+ * state: it reaches the routing objects too, which run in the tests' isolate.
+ */
+export interface D1Fault {
+  /** Which statement of the batch fails (0-based; negative counts from the end). */
+  index: number;
+  /** Which batch: by the SQL of its statements (default: the next one). */
+  match?: (sql: readonly string[]) => boolean;
+  /** How many matching batches fail (default 1). */
+  times?: number;
+}
+const FAULT_SQL = "SELECT * FROM d1_fault_injected_by_test";
+let fault: (D1Fault & { left: number; hits: number }) | null = null;
+
+/** Tests only: arms a D1 fault (null disarms). Returns how many batches it failed so far. */
+export function injectD1Fault(next: D1Fault | null): { hits: () => number } {
+  fault = next ? { ...next, left: next.times ?? 1, hits: 0 } : null;
+  const armed = fault;
+  return { hits: () => armed?.hits ?? 0 };
+}
+
+function takeFault(statements: readonly Statement<unknown>[]): number | null {
+  if (!fault || fault.left <= 0) return null;
+  const sql = statements.map((s) => s.sql);
+  if (fault.match && !fault.match(sql)) return null;
+  const at = fault.index < 0 ? statements.length + fault.index : fault.index;
+  if (at < 0 || at >= statements.length) return null;
+  fault.left -= 1;
+  fault.hits += 1;
+  return at;
 }
 
 const changes = (result: D1Result) => result.meta.changes ?? 0;

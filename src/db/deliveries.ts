@@ -49,6 +49,19 @@ export function selectDelivery(id: string): Statement<DeliveryRow[]> {
   return selectRowsSql(deliveries, `SELECT * FROM deliveries WHERE id = ?`, id);
 }
 
+/** The deliveries named by an id: the delivery's own, or the inbound event's they answer, newest first. */
+export function selectDeliveriesFor(id: string): Statement<DeliveryRow[]> {
+  return selectRowsSql(
+    deliveries,
+    `SELECT * FROM deliveries WHERE id = ?
+      UNION ALL SELECT * FROM deliveries WHERE event_id = ? AND id <> ?
+      ORDER BY created_at DESC, id DESC LIMIT 20`,
+    id,
+    id,
+    id,
+  );
+}
+
 export function selectSessionDeliveries(db: Database, sessionId: string): Statement<DeliveryRow[]> {
   return selectRows(
     deliveries,
@@ -74,6 +87,16 @@ export function recordDeliveryAttempt(id: string, attempt: DeliveryAttempt, now:
     attempt.status,
     attempt.lastStatus,
     attempt.lastError,
+    now,
+    id,
+  );
+}
+
+/** An operator retry of a dead-lettered delivery: pending again, attempts counted afresh. */
+export function requeueDelivery(id: string, now: number): Statement<number> {
+  return exec(
+    `UPDATE deliveries SET status = 'pending', attempts = 0, last_error = NULL, last_status = NULL, updated_at = ?
+      WHERE id = ? AND status = 'failed'`,
     now,
     id,
   );

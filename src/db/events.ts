@@ -194,10 +194,10 @@ export function recordEventAttempt(id: string, outcome: AttemptOutcome): Stateme
   );
 }
 
-/** Operator retry of a dead-lettered (or pending) event: due now, attempts counted afresh. */
+/** Operator retry of a dead-lettered event: due now, attempts counted afresh. */
 export function requeueEvent(id: string, now: number): Statement<number> {
   return exec(
-    `UPDATE events SET status = 'pending', attempts = 0, next_attempt_at = ? WHERE id = ? AND status IN ('failed', 'pending')`,
+    `UPDATE events SET status = 'pending', attempts = 0, next_attempt_at = ? WHERE id = ? AND status = 'failed'`,
     now,
     id,
   );

@@ -12,10 +12,12 @@ export interface NewRun {
   tokenHash: string;
   replyTo: string;
   createdAt: number;
+  /** JSON of the routed message it hands over (no token). */
+  message: string;
 }
 
 /** The columns a new run is inserted with, and their values in that order. */
-const RUN_COLUMNS = "id, session_id, session_key, event_id, token_hash, reply_to, created_at";
+const RUN_COLUMNS = "id, session_id, session_key, event_id, token_hash, reply_to, created_at, message";
 const runValues = (run: NewRun) => [
   run.id,
   run.sessionId,
@@ -24,6 +26,7 @@ const runValues = (run: NewRun) => [
   run.tokenHash,
   run.replyTo,
   run.createdAt,
+  run.message,
 ];
 
 /**
@@ -33,7 +36,7 @@ const runValues = (run: NewRun) => [
  */
 export function dispatchRun(run: NewRun, now: number): Statement<number>[] {
   return [
-    exec(`INSERT INTO runs (${RUN_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING`, ...runValues(run)),
+    exec(`INSERT INTO runs (${RUN_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING`, ...runValues(run)),
     exec(
       `UPDATE sessions SET current_run_id = ? WHERE id = ? AND end_reason IS NULL
         AND NOT EXISTS (SELECT 1 FROM runs WHERE id = ? AND (dispatched_at IS NOT NULL OR revoked_reason IS NOT NULL))`,
@@ -43,6 +46,8 @@ export function dispatchRun(run: NewRun, now: number): Statement<number>[] {
     ),
     exec(`UPDATE runs SET dispatched_at = ? WHERE id = ? AND changes() = 1`, now, run.id),
     revokeRun(run.id, run.sessionId),
+    // One more attempt at the hand-off (the operator API shows the count).
+    exec(`UPDATE runs SET attempts = attempts + 1 WHERE id = ? AND finished_at IS NULL`, run.id),
   ];
 }
 
@@ -53,11 +58,12 @@ const REVOCATION_OF_SESSION = `SELECT CASE end_reason WHEN 'new_command' THEN 's
 /**
  * Revokes every unfinished run of a session that has ended (a rotation moves its
  * runs instead). Runs in every batch that ends a session, and is a no-op otherwise.
+ * A run that failed for good is not unfinished: it stays failed, for the operator.
  */
 export function revokeRuns(sessionId: string): Statement<number> {
   return exec(
     `UPDATE runs SET revoked_reason = (${REVOCATION_OF_SESSION})
-      WHERE session_id = ? AND finished_at IS NULL AND revoked_reason IS NULL
+      WHERE session_id = ? AND finished_at IS NULL AND revoked_reason IS NULL AND failed_at IS NULL
         AND EXISTS (SELECT 1 FROM sessions WHERE id = ? AND end_reason IS NOT NULL AND end_reason <> 'compression')`,
     sessionId,
     sessionId,
@@ -109,6 +115,45 @@ export function touchHeartbeat(runId: string, now: number): Statement<number> {
   return exec(`UPDATE runs SET last_heartbeat_at = ? WHERE id = ?`, now, runId);
 }
 
+/** A hand-off attempt failed and will be retried: the operator API shows why. */
+export function recordRunRetry(runId: string, error: string): Statement<number> {
+  return exec(`UPDATE runs SET last_error = ? WHERE id = ? AND finished_at IS NULL`, error.slice(0, 500), runId);
+}
+
+/** The agent accepted the run with 202: it is running, and its lease starts now. */
+export function markRunAccepted(runId: string, now: number): Statement<number> {
+  return exec(`UPDATE runs SET accepted_at = ?, last_heartbeat_at = ? WHERE id = ?`, now, now, runId);
+}
+
+/**
+ * An operator retry of a failed run: the same run, handed over again with a fresh
+ * attempt count and a fresh token (only its hash is kept), only while it is failed.
+ */
+export function requeueFailedRun(runId: string, tokenHash: string): Statement<number> {
+  return exec(
+    `UPDATE runs SET failed_at = NULL, last_error = NULL, attempts = 0, accepted_at = NULL, token_hash = ?
+      WHERE id = ? AND failed_at IS NOT NULL AND finished_at IS NULL AND revoked_reason IS NULL`,
+    tokenHash,
+    runId,
+  );
+}
+
+/**
+ * The runs of a session for the operator API, oldest first: those that carry its
+ * messages, and its current run (a rotation moves it). Served by primary keys.
+ */
+export function selectSessionRuns(sessionId: string): Statement<RunRow[]> {
+  return selectRowsSql(
+    runs,
+    `SELECT * FROM runs WHERE id IN (
+        SELECT run_id FROM messages WHERE session_id = ? AND run_id IS NOT NULL
+        UNION SELECT current_run_id FROM sessions WHERE id = ?)
+      ORDER BY created_at, id`,
+    sessionId,
+    sessionId,
+  );
+}
+
 export function markRunFailed(runId: string, now: number, error: string): Statement<number> {
   return exec(
     `UPDATE runs SET failed_at = ?, last_error = ? WHERE id = ? AND finished_at IS NULL`,
@@ -128,6 +173,11 @@ export interface ReplyRecord {
   text: string | null;
   /** The session must still be within its policy: last activity at or after this. */
   liveSince: number;
+  /**
+   * The session is held open by its turn in progress (spec invariant 6: expiry
+   * waits for it), so the reply is recorded even past the policy's deadline.
+   */
+  held: boolean;
   now: number;
   /** Whether the reply has anywhere to go (a delivery row is written only then). */
   deliverable: boolean;
@@ -145,18 +195,19 @@ export interface ReplyRecord {
  * is still owed.
  */
 function replyChain(reply: ReplyRecord, options: { makeCurrent: boolean }): Statement<unknown>[] {
-  const { runId, sessionId, text, liveSince, now, deliverable } = reply;
+  const { runId, sessionId, text, liveSince, held, now, deliverable } = reply;
   return [
     exec(
       `UPDATE sessions SET last_active_at = MAX(last_active_at, ?), message_count = message_count + 1,
           current_run_id = CASE WHEN ? THEN ? ELSE current_run_id END
-        WHERE id = ? AND changes() = 1 AND ? AND end_reason IS NULL AND last_active_at >= ?
+        WHERE id = ? AND changes() = 1 AND ? AND end_reason IS NULL AND (? OR last_active_at >= ?)
           AND NOT EXISTS (SELECT 1 FROM runs WHERE id = ? AND revoked_reason IS NOT NULL)`,
       now,
       options.makeCurrent ? 1 : 0,
       runId,
       sessionId,
       text === null ? 0 : 1,
+      held ? 1 : 0,
       sqlTime(liveSince),
       runId,
     ),
@@ -230,8 +281,8 @@ export function recordReply(reply: ReplyRecord): Statement<unknown>[] {
 export function recordInstantTurn(run: NewRun, reply: ReplyRecord): Statement<unknown>[] {
   return [
     exec(
-      `INSERT INTO runs (${RUN_COLUMNS}, dispatched_at, finished_at, reply_text)
-        VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING`,
+      `INSERT INTO runs (${RUN_COLUMNS}, dispatched_at, finished_at, reply_text, attempts)
+        VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1) ON CONFLICT DO NOTHING`,
       ...runValues(run),
       reply.now,
       reply.now,

@@ -178,6 +178,15 @@ export const runs = sqliteTable(
     revokedReason: text(),
     failedAt: integer(),
     lastError: text(),
+    /** Hand-off attempts since it was staged (or since an operator retry). */
+    attempts: integer().notNull().default(0),
+    /** When the agent accepted it with 202 (it replies later through the run API). */
+    acceptedAt: integer(),
+    /**
+     * JSON: the routed message it hands over (without the token), so an operator can
+     * hand a failed run to the agent again.
+     */
+    message: text(),
   },
   // Only unfinished, unrevoked runs are ever looked up by session (to revoke or move
   // them), so only they are indexed: a run answered at once costs no index write.

@@ -60,7 +60,7 @@ export interface ExplainInput {
   now: number;
 }
 
-export type WouldReason = "no_session" | "live" | "recoverable" | "expired" | "ended";
+export type WouldReason = "no_session" | "live" | "held" | "recoverable" | "expired" | "ended";
 
 export interface Would {
   action: "append" | "reopen" | "fresh";
@@ -151,8 +151,17 @@ function deadlineOf(policy: ResetPolicy, row: SessionRow | null): Explanation["d
   };
 }
 
-function wouldOf(row: SessionRow | null, policy: ResetPolicy, now: number): Would {
+function wouldOf(row: SessionRow | null, policy: ResetPolicy, now: number, openRun: OpenRun | null): Would {
   const decision = decide(row, policy, now);
+  // Expiry waits for the turn in progress (invariant 6): a live row past its deadline
+  // whose run is still open takes the message, as the routing object would.
+  if (decision.kind === "fresh" && decision.expire && row?.endReason === null && openRun) {
+    return {
+      action: "append",
+      reason: "held",
+      summary: `stored in the live session ${row.id}: its deadline passed, but expiry waits for the turn in progress (${openRun.run_id})`,
+    };
+  }
   if (decision.kind === "append") {
     return { action: "append", reason: "live", summary: `stored in the live session ${decision.sessionId}` };
   }
@@ -217,6 +226,7 @@ function openRunOf(input: ExplainInput): OpenRun | null {
 /** What a message for `input.key` arriving at `input.now` would do, and why. Changes nothing. */
 export function explain(input: ExplainInput): Explanation {
   const { policy, row } = input;
+  const openRun = openRunOf(input);
   return {
     key: input.key,
     entry_session_id: input.entrySessionId,
@@ -233,8 +243,8 @@ export function explain(input: ExplainInput): Explanation {
     last_active_at: row?.lastActiveAt ?? null,
     deadline: deadlineOf(policy, row),
     alarm_at: input.alarmAt,
-    would: wouldOf(row, policy, input.now),
-    open_run: openRunOf(input),
+    would: wouldOf(row, policy, input.now, openRun),
+    open_run: openRun,
     waiting: input.waiting,
   };
 }

@@ -13,7 +13,7 @@ import { claimEvent, recordEventAttempt } from "../db/events";
 import type { EventRow } from "../db/schema";
 import { selectMessages } from "../db/sessions";
 import { backoffDelay } from "../http/backoff";
-import { callJson } from "../http/outbound";
+import { callJson, redactUrl } from "../http/outbound";
 import { errorSummary, log } from "../log";
 import { metrics } from "../metrics";
 import { standardWebhookHeaders } from "./standard-webhooks";
@@ -71,13 +71,14 @@ export async function attemptEvent(
       session_id: event.sessionId,
       event_id: event.id,
       type: event.type,
-      hook: url, // the logger cuts a URL that carries a credential down to its origin
+      hook: redactUrl(url), // scheme and host only: a hook URL may carry a credential
       attempt: attempts,
       status: outcome.status,
       will_retry: attempts < EVENT_MAX_ATTEMPTS,
       error: errorSummary(outcome.error),
     });
-    lastError = `${url}: ${outcome.error ?? "failed"}`;
+    // Scheme and host only: a hook URL may carry a credential (user:password, a token).
+    lastError = `${redactUrl(url)}: ${outcome.error ?? "failed"}`;
     // Even a 4xx is retried on the schedule: a receiver can be fixed by its
     // operator, and the cap dead-letters the event if it is not.
     retryAfterMs = outcome.retryAfterMs ?? retryAfterMs;

@@ -33,11 +33,18 @@ export async function callJson(url: string, body: unknown, options: CallOptions)
       signal: AbortSignal.timeout(options.timeoutMs),
     });
   } catch (error) {
-    return { ok: false, retryable: true, retryAfterMs: null, status: null, error: describe(error), json: null };
+    // A runtime error may quote the URL, which can carry a credential (Telegram's
+    // bot token, a hook's user:password): it never reaches a log or `last_error`.
+    const error_ = scrubUrl(describe(error), url);
+    return { ok: false, retryable: true, retryAfterMs: null, status: null, error: error_, json: null };
   }
   const raw = await response.text().catch((error: unknown) => {
     // The status still counts; only the body (error codes, retry hints) is lost.
-    log.warn("could not read the response body", { url, status: response.status, error: describe(error) });
+    log.warn("could not read the response body", {
+      url: redactUrl(url),
+      status: response.status,
+      error: scrubUrl(describe(error), url),
+    });
     return "";
   });
   let json: unknown = null;
@@ -64,6 +71,37 @@ function retryAfter(header: string | null): number | null {
   if (Number.isFinite(seconds)) return Math.max(0, seconds * 1000);
   const date = Date.parse(header);
   return Number.isNaN(date) ? null : Math.max(0, date - Date.now());
+}
+
+/**
+ * A URL as it may be shown (logs, `last_error`): scheme and host only, since its
+ * user info, path or query may carry a credential (`/bot{token}/`, `?token=`).
+ */
+export function redactUrl(url: string): string {
+  try {
+    const parsed = new URL(url);
+    return `${parsed.protocol}//${parsed.host}`;
+  } catch {
+    return "(invalid URL)";
+  }
+}
+
+/** `text` with every appearance of `url` (as written, or as parsed) replaced by its redacted form. */
+export function scrubUrl(text: string, url: string): string {
+  const shown = redactUrl(url);
+  const forms = [url];
+  try {
+    const parsed = new URL(url);
+    forms.push(parsed.href, `${parsed.host}${parsed.pathname}`, parsed.pathname + parsed.search);
+    if (parsed.password) forms.push(parsed.password);
+  } catch {
+    // Not a URL: only its literal text is scrubbed.
+  }
+  let scrubbed = text;
+  for (const form of forms.filter((f) => f.length > 1).sort((a, b) => b.length - a.length)) {
+    scrubbed = scrubbed.split(form).join(shown);
+  }
+  return scrubbed;
 }
 
 export function describe(error: unknown): string {

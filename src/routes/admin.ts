@@ -4,7 +4,8 @@ import * as z from "zod";
 import { explainKey } from "../admin/explain-key";
 import { configOf } from "../config";
 import { Database } from "../db/client";
-import { selectSessionDeliveries } from "../db/deliveries";
+import { selectDeliveriesFor, selectSessionDeliveries } from "../db/deliveries";
+import { selectRun, selectSessionRuns } from "../db/runs";
 import { requeueEvent, selectEvent, selectSessionEvents } from "../db/events";
 import { selectMessages, selectSession, selectSessions } from "../db/sessions";
 import { END_REASONS } from "../domain/end-reasons";
@@ -14,7 +15,7 @@ import { snapshot } from "../metrics";
 import { routerFor } from "../routing/client";
 import { requireToken } from "./auth";
 import { parseJsonBody } from "./body";
-import { deliveryJson, eventJson, messageJson, sessionJson } from "./json";
+import { deliveryJson, eventJson, messageJson, runJson, sessionJson } from "./json";
 
 export const admin = new Hono<{ Bindings: Env }>();
 
@@ -73,11 +74,12 @@ admin.get("/sessions", async (c) => {
 admin.get("/sessions/:id", async (c) => {
   const id = c.req.param("id");
   const database = db(c.env);
-  const [rows, messages, events, deliveries] = await database.batch(
+  const [rows, messages, events, deliveries, runs] = await database.batch(
     selectSession(database, id),
     selectMessages(database, id),
     selectSessionEvents(database, id),
     selectSessionDeliveries(database, id),
+    selectSessionRuns(id),
   );
   const row = rows[0];
   if (!row) throw apiError(404, "not_found", `no session ${id}`);
@@ -86,6 +88,7 @@ admin.get("/sessions/:id", async (c) => {
     messages: messages.map(messageJson),
     events: events.map(eventJson),
     deliveries: deliveries.map(deliveryJson),
+    runs: runs.map(runJson),
   });
 });
 
@@ -106,12 +109,46 @@ admin.post("/sessions/:id/end", async (c) => {
 admin.post("/events/:id/retry", async (c) => {
   const id = c.req.param("id");
   const database = db(c.env);
+  const [found] = await database.batch(selectEvent(id));
+  if (!found[0]) throw apiError(404, "not_found", `no event ${id}`);
   const [changed, rows] = await database.batch(requeueEvent(id, now()), selectEvent(id));
   const event = rows[0];
-  if (changed === 0 || !event) throw apiError(404, "not_found", "no failed or pending event with that id");
+  if (changed === 0 || !event) throw apiError(409, "not_failed", `event ${id} has not failed`);
   // Its routing object delivers it right away (retries never wait for the Cron Trigger).
   await routerFor(c.env, event.sessionKey).flushEvents(event.sessionId);
-  return c.json({ requeued: true });
+  return c.json({ requeued: true, event: eventJson(event) });
+});
+
+/** `POST /admin/runs/{id}/retry`: a failed run handed to the agent again (invariant 12). */
+admin.post("/runs/:id/retry", async (c) => {
+  const id = c.req.param("id");
+  const database = db(c.env);
+  const [runs] = await database.batch(selectRun(database, id));
+  const run = runs[0];
+  if (!run) throw apiError(404, "not_found", `no run ${id}`);
+  const result = await routerFor(c.env, run.sessionKey).retryRun(id);
+  if (result.status !== 200) return c.json(result.body, result.status);
+  return c.json({ run: runJson(result.body.run) });
+});
+
+/**
+ * `POST /admin/deliveries/{event_id}/retry`: a dead-lettered reply or command answer
+ * sent again (invariant 12). The path names the inbound event it answers (or the
+ * delivery's own `id`); the newest failed reply or answer of that event is retried.
+ */
+admin.post("/deliveries/:id/retry", async (c) => {
+  const id = c.req.param("id");
+  const database = db(c.env);
+  const [matches] = await database.batch(selectDeliveriesFor(id));
+  if (matches.length === 0) throw apiError(404, "not_found", `no delivery for ${id}`);
+  const failed = matches.find((d) => d.status === "failed" && d.kind !== "progress");
+  if (!failed) throw apiError(409, "not_failed", `no failed delivery for ${id}`);
+  const [sessions] = await database.batch(selectSession(database, failed.sessionId));
+  const session = sessions[0];
+  if (!session) throw apiError(404, "not_found", `no session ${failed.sessionId}`);
+  const result = await routerFor(c.env, session.sessionKey).retryDelivery(failed.id, session.sessionKey);
+  if (result.status !== 200) return c.json(result.body, result.status);
+  return c.json({ delivery: deliveryJson(result.body.delivery) });
 });
 
 admin.get("/metrics", (c) => c.json(snapshot()));

@@ -15,6 +15,7 @@ import { END_REASONS } from "../domain/end-reasons";
 import { ownership, type Ownership } from "../domain/ownership";
 import { expiryReason, resolvePolicy } from "../domain/reset-policy";
 import { cronSessionKey } from "../domain/session-key";
+import { leaseUntil } from "../domain/turn-hold";
 import { apiError } from "../http/errors";
 import { newId } from "../ids";
 import { routerFor } from "../routing/client";
@@ -54,9 +55,10 @@ agentApi.post("/runs/:id/heartbeat", async (c) => {
   const { run, session } = await authorisedRun(c);
   const state = ownership({ run, session });
   if (!state.owns) return c.json(state, 409);
-  // Past its deadline the session is over, even before its alarm has ended it.
+  // Past its deadline the session is over, even before its alarm has ended it,
+  // unless this run (the turn in progress) still holds it: its lease holds (invariant 6).
   const policy = resolvePolicy(configOf(c.env).reset, session.platform, session.chatType);
-  if (expiryReason(policy, session.lastActiveAt, now()) !== null) {
+  if (expiryReason(policy, session.lastActiveAt, now()) !== null && leaseUntil(run) <= now()) {
     return c.json({ owns: false, reason: "session_ended" } satisfies Ownership, 409);
   }
   const database = db(c.env);

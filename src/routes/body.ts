@@ -2,13 +2,14 @@
 import type { Context } from "hono";
 import type * as z from "zod";
 import { apiError } from "../http/errors";
+import { decodeUtf8 } from "../http/utf8";
 
 export async function parseJsonBody<S extends z.ZodType>(
   c: Context,
   schema: S,
   options: { allowEmpty?: boolean } = {},
 ): Promise<z.infer<S>> {
-  const raw = await c.req.text();
+  const raw = decodeUtf8(await c.req.arrayBuffer());
   let json: unknown = {};
   if (raw.trim() !== "" || !options.allowEmpty) {
     try {

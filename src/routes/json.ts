@@ -1,6 +1,6 @@
 /** JSON shapes of rows in answers: snake_case, as the spec writes them. */
 import { parseAttachmentsColumn } from "../domain/attachments";
-import type { DeliveryRow, EventRow, MessageRow, SessionRow } from "../db/schema";
+import type { DeliveryRow, EventRow, MessageRow, RunRow, SessionRow } from "../db/schema";
 
 const snake = (key: string) => key.replace(/[A-Z]/g, (c) => `_${c.toLowerCase()}`);
 
@@ -43,5 +43,28 @@ export function deliveryJson(row: DeliveryRow) {
     notice: row.notice,
     created_at: row.createdAt,
     updated_at: row.updatedAt,
+  };
+}
+
+/** A run as the operator sees it (spec `runs`): its status derived from its row. */
+export function runJson(row: RunRow) {
+  const status = row.revokedReason
+    ? "revoked"
+    : row.failedAt !== null
+      ? "failed"
+      : row.finishedAt !== null
+        ? "finished"
+        : row.acceptedAt !== null
+          ? "running"
+          : "dispatching";
+  return {
+    run_id: row.id,
+    status,
+    attempts: row.attempts,
+    last_error: row.lastError,
+    revoked_reason: row.revokedReason,
+    created_at: row.createdAt,
+    finished_at: row.finishedAt ?? row.failedAt,
+    event_id: row.eventId,
   };
 }

@@ -5,13 +5,13 @@
  * gets that failure (5xx) and retries; messages already stored are duplicates then.
  */
 import { Hono } from "hono";
-import { bodyLimit } from "hono/body-limit";
 import { configOf, effectiveEnv } from "../config";
 import { apiError, errorBody } from "../http/errors";
 import { ingest } from "../ingress";
 import { requestIdOf } from "../log";
 import { ADAPTERS } from "../platforms";
 import type { RoutedOutcome, WebhookAnswer } from "../platforms/types";
+import { bodyLimit } from "./body-limit";
 
 /** Larger than any platform's webhook body; anything bigger is refused before it is read whole. */
 export const WEBHOOK_MAX_BYTES = 128 * 1024;

@@ -54,6 +54,12 @@ export const notFound = (message: string): { status: 404; body: ErrorBody } => (
   body: { error: { code: "not_found", message } },
 });
 
+/** 409 with the error shape: the item is not in a state the operation applies to. */
+export const conflict = (code: string, message: string): { status: 409; body: ErrorBody } => ({
+  status: 409,
+  body: { error: { code, message } },
+});
+
 export const unavailable = (error: unknown): { status: 503; body: ErrorBody } => ({
   status: 503,
   body: { error: { code: "unavailable", message: `storage unavailable, retry later (${describe(error)})` } },

@@ -13,7 +13,7 @@
 import { DurableObject } from "cloudflare:workers";
 import { now as clockNow } from "../clock";
 import { configOf, effectiveEnv, type Config } from "../config";
-import { randomToken } from "../crypto";
+import { randomToken, sha256Hex } from "../crypto";
 import { Database, type Statement } from "../db/client";
 import {
   endedEvents,
@@ -22,7 +22,7 @@ import {
   selectNextSessionEventAt,
   type InitialStatus,
 } from "../db/events";
-import { insertDelivery, recordDeliveryAttempt, selectDelivery } from "../db/deliveries";
+import { insertDelivery, recordDeliveryAttempt, requeueDelivery, selectDelivery } from "../db/deliveries";
 import {
   dispatchRun,
   markRunFailed,
@@ -31,6 +31,9 @@ import {
   recordReply,
   revokeRuns,
   selectRun,
+  markRunAccepted,
+  recordRunRetry,
+  requeueFailedRun,
   selectSessionOfRun,
 } from "../db/runs";
 import type { DeliveryRow, RunRow, SessionRow } from "../db/schema";
@@ -55,6 +58,7 @@ import type { ReplyTarget, RoutedMessage } from "../domain/inbound";
 import { isCurrentRun, ownership, revocationFor, type NotOwnedReason } from "../domain/ownership";
 import { cronSessionKey } from "../domain/session-key";
 import { makeRunToken } from "../domain/run-token";
+import { isOpenRun, leaseUntil, RUN_LEASE_MS as TURN_LEASE_MS } from "../domain/turn-hold";
 import { decide, type Replaced } from "../domain/routing-decision";
 import { deadline, expiryReason, liveSince, resolvePolicy, type ResetPolicy } from "../domain/reset-policy";
 import { handToAgent } from "../agent/dispatch";
@@ -69,6 +73,7 @@ import { senderFor } from "../platforms";
 import { BoundedSet } from "./bounded-set";
 import { Mutex } from "./mutex";
 import {
+  conflict,
   notFound,
   notOwned,
   unavailable,
@@ -76,6 +81,7 @@ import {
   type EntryView,
   type RoutingDecisionName,
   type ExplainState,
+  type ErrorBody,
   type RpcResult,
 } from "./results";
 import {
@@ -97,7 +103,7 @@ import { RouterStorage, type Entry, type OutboxItem } from "./storage";
  * A run the agent accepted (202) must be heard from (a heartbeat or its reply)
  * within this long, or its owner is taken to have vanished.
  */
-export const RUN_LEASE_MS = 10 * 60_000;
+export const RUN_LEASE_MS = TURN_LEASE_MS;
 
 /** A message is never stored after this many conflicting rereads; the platform retries instead. */
 const MAX_ROUTING_ATTEMPTS = 3;
@@ -281,12 +287,22 @@ export class SessionRouter extends DurableObject<Env> {
       if (seen[0]) return { sessionId: seen[0].session_id ?? "", duplicate: true, work, decision: "duplicate" };
       const row = rows[0] ?? null;
       const decision = decide(row, policy, now);
-      if (decision.kind === "append" || decision.kind === "reopen") {
+      // A live row past its deadline whose turn is still in progress is not ended by
+      // the policy (invariant 6): the message joins it, as the alarm would not end it.
+      const heldOpen =
+        decision.kind === "fresh" &&
+        decision.expire !== null &&
+        row?.endReason === null &&
+        (await this.leaseOf(row, now, work.runId)).held;
+      if (decision.kind === "append" || decision.kind === "reopen" || heldOpen) {
         const reopen =
           decision.kind === "reopen"
             ? [reopenRecoverable(decision.sessionId, since, deadline(policy, row!.lastActiveAt))]
             : [];
-        const results = await ingress.batch(...reopen, ...appendUserMessage(decision.sessionId, userMessage, since));
+        const results = await ingress.batch(
+          ...reopen,
+          ...appendUserMessage(row!.id, userMessage, heldOpen ? Number.NEGATIVE_INFINITY : since),
+        );
         if (results[reopen.length] !== 1) continue;
         this.adopt(entryFromRow(row!, message));
         this.markActive(policy, now);
@@ -395,7 +411,13 @@ export class SessionRouter extends DurableObject<Env> {
       // then the command itself for a live row.
       let endedAs: EndReason | null = null;
       if (row && (row.endReason === null || isRecoverable(row.endReason as EndReason))) {
-        const expired = expiryReason(policy, row.lastActiveAt, now);
+        // A live row held open by its turn in progress (invariant 6) is not expired
+        // yet: the command ends it, for its own reason, at once.
+        const expired =
+          expiryReason(policy, row.lastActiveAt, now) &&
+          !(row.endReason === null && (await this.leaseOf(row, now)).held)
+            ? expiryReason(policy, row.lastActiveAt, now)
+            : null;
         if (expired) {
           endedAs = expired;
           statements.push(promoteExpired(row.id, expired, since, now));
@@ -655,6 +677,13 @@ export class SessionRouter extends DurableObject<Env> {
       return null;
     }
     const expired = expiryReason(policy, row.lastActiveAt, now);
+    // Expiry waits for the turn in progress (invariant 6): look again when it is over.
+    const held = expired && reason === null ? await this.leaseOf(row, now) : null;
+    if (held?.held) {
+      const next = held.until ?? this.outboxRunDue(row.id) ?? now + 1;
+      if (row.sweepAt !== next) await this.db.batch(setSweepAt(row.id, next));
+      return next;
+    }
     if (expired) {
       const [promoted] = await this.db.batch(
         promoteExpired(row.id, expired, liveSince(policy, now), now),
@@ -683,23 +712,36 @@ export class SessionRouter extends DurableObject<Env> {
   }
 
   /**
-   * Who owns a live session's turn (spec "orphan_reap"): the gateway while a hand-off
-   * is in its outbox; otherwise the current run while it is unfinished and has been
-   * heard from (dispatched, or a heartbeat) within RUN_LEASE_MS. A run silent for
-   * longer has vanished. A cron session with no run left has vanished too.
+   * Who owns a live session's turn (spec "orphan_reap", and invariant 6: the turn in
+   * progress holds the session): the gateway while a hand-off is in its outbox (being
+   * retried, or its reply being recorded); otherwise the current run while it is open
+   * (not finished, revoked or failed for good) and has been heard from (accepted, or a
+   * heartbeat) within RUN_LEASE_MS. A run silent for longer has vanished (`lapsed`).
+   * A cron session with no run left has vanished too. `exceptRunId`: a run staged by
+   * the request asking, which holds nothing yet.
    */
-  private async leaseOf(row: SessionRow, now: number): Promise<{ lapsed: boolean; until: number | null }> {
-    if (this.store.all().some((item) => item.kind === "run" && (item.payload as RunWork).sessionId === row.id)) {
-      return { lapsed: false, until: null };
-    }
-    if (!row.currentRunId) return { lapsed: isCronSession(row), until: null };
+  private async leaseOf(
+    row: SessionRow,
+    now: number,
+    exceptRunId: string | null = null,
+  ): Promise<{ held: boolean; lapsed: boolean; until: number | null }> {
+    if (this.outboxRunDue(row.id, exceptRunId) !== null) return { held: true, lapsed: false, until: null };
+    if (!row.currentRunId) return { held: false, lapsed: isCronSession(row), until: null };
     const [runs] = await this.db.batch(selectRun(this.db, row.currentRunId));
     const run = runs[0];
-    if (!run || run.finishedAt !== null || run.revokedReason !== null)
-      return { lapsed: isCronSession(row), until: null };
-    const heardAt = run.lastHeartbeatAt ?? run.dispatchedAt ?? run.createdAt;
-    const until = heardAt + RUN_LEASE_MS;
-    return until <= now ? { lapsed: true, until: null } : { lapsed: false, until };
+    if (!run || !isOpenRun(run)) return { held: false, lapsed: isCronSession(row), until: null };
+    const until = leaseUntil(run);
+    return until <= now ? { held: false, lapsed: true, until: null } : { held: true, lapsed: false, until };
+  }
+
+  /** The earliest due time of a hand-off of this session still in the outbox, if any. */
+  private outboxRunDue(sessionId: string, exceptRunId: string | null = null): number | null {
+    const due = this.store
+      .all()
+      .filter((item) => item.kind === "run" && item.id !== exceptRunId)
+      .filter((item) => (item.payload as RunWork).sessionId === sessionId)
+      .map((item) => item.dueAt);
+    return due.length === 0 ? null : Math.min(...due);
   }
 
   /**
@@ -734,13 +776,19 @@ export class SessionRouter extends DurableObject<Env> {
   }
 
   /** The agent took the turn and answers later (202): expect to hear from it within the lease. */
-  private async expectHeartbeats(sessionId: string, now: number): Promise<void> {
-    if (this.entry?.sessionId !== sessionId) return;
+  private async expectHeartbeats(sessionId: string, runId: string, now: number): Promise<void> {
+    // The lease runs from the acceptance, not from the first attempt (which may be
+    // long ago when the agent was down): a late acceptance is not a vanished owner.
+    const heard = markRunAccepted(runId, now);
+    if (this.entry?.sessionId !== sessionId) {
+      await this.db.batch(heard);
+      return;
+    }
     const until = now + RUN_LEASE_MS;
     const next =
       this.liveDeadline === undefined || this.liveDeadline === null ? until : Math.min(this.liveDeadline, until);
     this.liveDeadline = next;
-    await this.db.batch(setSweepAt(sessionId, next));
+    await this.db.batch(heard, setSweepAt(sessionId, next));
   }
 
   // ---------------------------------------------------------------- outbox
@@ -857,7 +905,7 @@ export class SessionRouter extends DurableObject<Env> {
       const outcome = await handToAgent(this.config, agentRequest(work));
       if (outcome.kind === "accepted") {
         this.store.delete(item.id);
-        await this.mutex.run(() => this.expectHeartbeats(work.sessionId, clockNow()));
+        await this.mutex.run(() => this.expectHeartbeats(work.sessionId, work.runId, clockNow()));
         return;
       }
       if (outcome.kind === "retry" || outcome.kind === "failed") {
@@ -870,14 +918,18 @@ export class SessionRouter extends DurableObject<Env> {
           will_retry: outcome.kind === "retry" && !expired,
           error: errorSummary(outcome.error),
         });
-        if (outcome.kind === "retry" && !expired)
+        if (outcome.kind === "retry" && !expired) {
+          await this.db.batch(recordRunRetry(work.runId, outcome.error));
           return this.reschedule(item, outcome.error, outcome.retryAfterMs, now);
+        }
         const failed = markRunFailed(work.runId, now, outcome.error);
         // A scheduled job's session has this one run: once it failed, the job is over,
         // and both are recorded in one batch (a failed batch is retried as a whole).
         if (work.message.platform === CRON_PLATFORM)
           await this.mutex.run(() => this.endNow(work.sessionId, "cron_complete", clockNow(), [failed]));
         else await this.db.batch(failed);
+        // Invariant 12: a user left without an answer is counted, and can be retried.
+        metrics.runs_failed += 1;
         this.store.delete(item.id);
         return;
       }
@@ -889,14 +941,15 @@ export class SessionRouter extends DurableObject<Env> {
       reply = work.reply ?? null;
     }
     // Recording stages the reply's delivery, which the running drain picks up next.
-    await this.mutex.run(() => this.recordRunReply(work.runId, reply, clockNow()));
+    await this.mutex.run(() => this.recordRunReply(work.runId, reply, clockNow(), true));
     this.store.delete(item.id);
   }
 
   /** Makes the run its session's current run; false when its session ended before the hand-off. */
   private async beginRun(work: RunWork, now: number): Promise<boolean> {
-    const [, , , , runs] = await this.db.batch(
+    const [, , , , , runs] = await this.db.batch(
       ...(dispatchRun(await newRunOf(work), now) as [
+        Statement<number>,
         Statement<number>,
         Statement<number>,
         Statement<number>,
@@ -920,7 +973,15 @@ export class SessionRouter extends DurableObject<Env> {
   private async instantTurn(work: RunWork, text: string, now: number): Promise<RecordedReply> {
     const { platform, chatType, replyTo, sessionKey } = work.message;
     const policy = this.policy(platform, chatType);
-    const reply = { runId: work.runId, sessionId: work.sessionId, text, liveSince: liveSince(policy, now), now };
+    // The run comes from the outbox, so it held its session (invariant 6).
+    const reply = {
+      runId: work.runId,
+      sessionId: work.sessionId,
+      text,
+      liveSince: liveSince(policy, now),
+      held: true,
+      now,
+    };
     const deliverable = this.deliverable(replyTo);
     // The entry knows whether a reset notice can still be owed; if not, skip clearing it.
     const clearNotice = this.entry?.sessionId !== work.sessionId || this.entry.noticeOwed !== false;
@@ -934,11 +995,22 @@ export class SessionRouter extends DurableObject<Env> {
    * Records a run's reply (from the agent's answer or the run API) and stages its
    * delivery. A revoked run's reply stays on the run, and nothing is delivered.
    */
-  private async recordRunReply(runId: string, text: string | null, now: number): Promise<RecordedReply | null> {
+  private async recordRunReply(
+    runId: string,
+    text: string | null,
+    now: number,
+    fromOutbox: boolean,
+  ): Promise<RecordedReply | null> {
     const found = await this.runWithSession(runId);
     if (!found) return null;
     const { run, session } = found;
     const policy = this.policy(session.platform, session.chatType);
+    // Past the deadline the reply still lands while a turn holds the session open
+    // (invariant 6): a hand-off from the outbox always does; through the run API, the
+    // session's current run while its lease holds (this run, or another still open).
+    const held =
+      fromOutbox ||
+      (expiryReason(policy, session.lastActiveAt, now) !== null && (await this.leaseOf(session, now)).held);
     const body = text?.trim() ? text : null;
     const deliverable = this.deliverable(JSON.parse(run.replyTo) as ReplyTarget);
     const results = await this.db.batch(
@@ -947,6 +1019,7 @@ export class SessionRouter extends DurableObject<Env> {
         sessionId: session.id,
         text: body,
         liveSince: liveSince(policy, now),
+        held,
         now,
         deliverable,
         clearNotice: true,
@@ -980,7 +1053,9 @@ export class SessionRouter extends DurableObject<Env> {
       // The first reply took the notice, if there was one.
       if (this.entry.noticeOwed !== false) this.adopt({ ...this.entry, noticeOwed: false });
     }
-    if (!added && finished && text !== null) {
+    // Nothing added: the session may be past its deadline (expired meanwhile, or held
+    // by this very turn, which is now over), so the policy looks at it now.
+    if (!added && finished) {
       const [rows] = await this.db.batch(selectSession(this.db, session.id));
       if (rows[0]) {
         const due = await this.settleRow(rows[0], now);
@@ -1069,6 +1144,8 @@ export class SessionRouter extends DurableObject<Env> {
       ),
     );
     if (retry) return this.reschedule(item, outcome.error ?? "failed", outcome.retryAfterMs, now);
+    // Invariant 12: an answer dead-lettered is counted, and can be retried.
+    if (!outcome.ok) metrics.deliveries_failed += 1;
     this.store.delete(item.id);
   }
 
@@ -1176,6 +1253,88 @@ export class SessionRouter extends DurableObject<Env> {
     });
   }
 
+  /**
+   * `POST /admin/runs/{id}/retry`: hands a failed run to the agent again through the
+   * outbox: the same run id, a fresh attempt count (and a day of retries), a fresh
+   * token. Only a failed run of a live session (a reply could land nowhere else).
+   */
+  async retryRun(runId: string): Promise<RpcResult<{ run: RunRow }> | { status: 409; body: ErrorBody }> {
+    return this.mutex.run(async () => {
+      const now = clockNow();
+      try {
+        const found = await this.runWithSession(runId);
+        if (!found) return notFound(`no run ${runId}`);
+        const { run, session } = found;
+        if (run.failedAt === null || run.finishedAt !== null || run.revokedReason !== null) {
+          return conflict("not_failed", `run ${runId} has not failed`);
+        }
+        if (session.endReason !== null) {
+          return conflict("session_ended", `the session of run ${runId} has ended: its reply could land nowhere`);
+        }
+        if (!run.message) return conflict("not_retryable", `run ${runId} predates retries (no message kept)`);
+        const work: RunWork = {
+          stage: "dispatch",
+          runId,
+          token: makeRunToken(runId, randomToken()),
+          sessionId: session.id,
+          isNew: false,
+          parentId: session.parentSessionId,
+          reset: null,
+          message: JSON.parse(run.message) as RoutedMessage,
+        };
+        // Staged first, like any hand-off; removed again if D1 refuses the retry.
+        this.stage(runId, "run", work, now, true);
+        let rows: RunRow[];
+        try {
+          const [changed, after] = await this.db.batch(
+            requeueFailedRun(runId, await sha256Hex(work.token)),
+            selectRun(this.db, runId),
+          );
+          if (changed !== 1) throw new Error(`run ${runId} changed meanwhile`);
+          rows = after;
+        } catch (error) {
+          this.store.delete(runId);
+          throw error;
+        }
+        this.confirmedRuns.add(runId);
+        return { status: 200, body: { run: rows[0]! } };
+      } catch (error) {
+        return unavailable(error);
+      } finally {
+        await this.rearm(now);
+      }
+    });
+  }
+
+  /**
+   * `POST /admin/deliveries/{id}/retry`: sends a failed reply or command answer
+   * again through the outbox, with a fresh attempt count.
+   */
+  async retryDelivery(
+    deliveryId: string,
+    sessionKey: string,
+  ): Promise<RpcResult<{ delivery: DeliveryRow }> | { status: 409; body: ErrorBody }> {
+    return this.mutex.run(async () => {
+      const now = clockNow();
+      try {
+        const [rows] = await this.db.batch(selectDelivery(deliveryId));
+        const row = rows[0];
+        if (!row) return notFound(`no delivery ${deliveryId}`);
+        if (row.status !== "failed") return conflict("not_failed", `delivery ${deliveryId} has not failed`);
+        const [changed, after] = await this.db.batch(requeueDelivery(deliveryId, now), selectDelivery(deliveryId));
+        if (changed !== 1 || !after[0]) return conflict("not_failed", `delivery ${deliveryId} has not failed`);
+        const work = deliveryWork(after[0], sessionKey);
+        if (work.kind === "command") this.confirmedAnswers.add(deliveryId);
+        this.stage(deliveryId, "delivery", work, now, true);
+        return { status: 200, body: { delivery: after[0] } };
+      } catch (error) {
+        return unavailable(error);
+      } finally {
+        await this.rearm(now);
+      }
+    });
+  }
+
   /** The sweep's poke: apply the policy to one of this key's sessions now. */
   async checkSession(sessionId: string): Promise<void> {
     await this.mutex.run(async () => {
@@ -1204,7 +1363,7 @@ export class SessionRouter extends DurableObject<Env> {
         if (run.revokedReason) return notOwned(run.revokedReason as NotOwnedReason);
         if (session.endReason !== null) return notOwned(revocationFor(session.endReason));
         if (run.finishedAt !== null) return notOwned("finished");
-        const recorded = await this.recordRunReply(runId, text, now);
+        const recorded = await this.recordRunReply(runId, text, now, false);
         if (!recorded?.finished) return notOwned("finished");
         if (!recorded.added && text.trim() !== "") {
           const [[after]] = await this.db.batch(selectRun(this.db, runId));
@@ -1233,8 +1392,12 @@ export class SessionRouter extends DurableObject<Env> {
         const { run, session } = found;
         const state = ownership({ run, session });
         if (!state.owns) return notOwned(state.reason);
-        // Past its deadline (the alarm has not run yet): end it by its policy now.
-        if (expiryReason(this.policy(session.platform, session.chatType), session.lastActiveAt, now)) {
+        // Past its deadline (the alarm has not run yet) and no longer held by this turn
+        // (its lease ran out): end it by its policy now.
+        if (
+          expiryReason(this.policy(session.platform, session.chatType), session.lastActiveAt, now) &&
+          leaseUntil(run) <= now
+        ) {
           const next = await this.settleRow(session, now);
           if (this.entry?.sessionId === session.id) this.liveDeadline = next;
           return notOwned("session_ended");
@@ -1417,6 +1580,14 @@ export class SessionRouter extends DurableObject<Env> {
         await this.rearm(now);
       }
     });
+  }
+
+  /**
+   * Resolves once no drain of the outbox is running (tests and diagnostics: wait for
+   * work started in the background of a request without reaching into the object).
+   */
+  async drained(): Promise<void> {
+    while (this.activeDrain) await this.activeDrain.catch(() => undefined);
   }
 
   /** The outbox as a list (tests and diagnostics); run tokens are left out. */

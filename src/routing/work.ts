@@ -149,5 +149,6 @@ export async function newRunOf(work: RunWork): Promise<NewRun> {
     tokenHash: await sha256Hex(work.token),
     replyTo: JSON.stringify(work.message.replyTo),
     createdAt: work.message.receivedAt,
+    message: JSON.stringify(work.message),
   };
 }

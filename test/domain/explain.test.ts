@@ -56,6 +56,9 @@ function run(overrides: Partial<RunRow> = {}): RunRow {
     revokedReason: null,
     failedAt: null,
     lastError: null,
+    attempts: 1,
+    acceptedAt: T,
+    message: null,
     ...overrides,
   };
 }
@@ -390,6 +393,26 @@ describe("open_run: the current run while unfinished", () => {
       else expect(result.open_run).toMatchObject(c.open);
     });
   }
+});
+
+describe("expiry waits for the turn in progress", () => {
+  const expired = {
+    row: row({ currentRunId: "run_1", lastActiveAt: T }),
+    policy: policy({ mode: "idle", idleMinutes: 1 }),
+  };
+  it("a live row past its deadline with its run open takes the message", () => {
+    const result = explain(input({ ...expired, currentRun: run(), now: T + 2 * MINUTE }));
+    expect(result.would).toMatchObject({ action: "append", reason: "held" });
+    expect(result.would.expire).toBeUndefined();
+  });
+  it("once the run finished, the same row is expired", () => {
+    const result = explain(input({ ...expired, currentRun: run({ finishedAt: T + 1 }), now: T + 2 * MINUTE }));
+    expect(result.would).toMatchObject({
+      action: "fresh",
+      reason: "expired",
+      expire: { session_id: "s1", reason: "idle" },
+    });
+  });
 });
 
 describe("policy and overlap sources", () => {

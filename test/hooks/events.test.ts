@@ -376,6 +376,8 @@ describe("retries", () => {
       const retriedAt = Date.now();
       const retry = await adminFetch(`/admin/events/${eventId}/retry`, { method: "POST" });
       expect(retry.status).toBe(200);
+      // The event as it now stands.
+      expect(((await retry.json()) as any).event).toMatchObject({ id: eventId, status: "pending", attempts: 0 });
       expect(await eventRow(eventId)).toMatchObject({ status: "pending", attempts: 0, next_attempt_at: retriedAt });
 
       setNow(retriedAt + SWEEP_GRACE_MS);
@@ -415,14 +417,14 @@ describe("retries", () => {
       expect(await eventRow(eventId)).toMatchObject({ status: "sent" });
     });
 
-    it("retry of an unknown or already sent event is a 404", async () => {
+    it("retry of an already sent event is a 409 and of an unknown one a 404", async () => {
       const calls = captureHooks([HOOK_A, HOOK_B]);
       const chat = unique("chat");
       const sent = await send({ chat_id: chat });
       await runAlarm(genericKey(chat));
       const eventId = `ev_${sent.body.session_id}_started`;
       expect(await eventRow(eventId)).toMatchObject({ status: "sent" });
-      expect((await adminFetch(`/admin/events/${eventId}/retry`, { method: "POST" })).status).toBe(404);
+      expect((await adminFetch(`/admin/events/${eventId}/retry`, { method: "POST" })).status).toBe(409);
       expect((await adminFetch(`/admin/events/${unique("ev_nope")}/retry`, { method: "POST" })).status).toBe(404);
       expect(await eventRow(eventId)).toMatchObject({ status: "sent", attempts: 1 });
       expect(ofType(calls, "session.started", sent.body.session_id)).toHaveLength(2);

@@ -599,8 +599,17 @@ describe("send failures", () => {
 
   it("retries a 5xx", async () => {
     discordAnswers = [() => new Response("bad gateway", { status: 502 })];
-    const { sessionId } = await firstReply();
+    const { key, sessionId } = await firstReply();
     expect(await deliveriesOf(sessionId)).toMatchObject([{ status: "pending", attempts: 1, last_status: 502 }]);
+    const [item] = (await router(key).outbox()).filter((i) => i.kind === "delivery");
+    expect(item!.dueAt).toBe(T0 + 1_000);
+    // The retry itself: the same edit sent again, then recorded as sent.
+    setNow(T0 + 1_000);
+    await runAlarm(key);
+    expect(discordCalls().map((c) => c.method)).toEqual(["PATCH", "PATCH"]);
+    expect(discordCalls()[1]!.json).toEqual(discordCalls()[0]!.json);
+    expect(await deliveriesOf(sessionId)).toMatchObject([{ status: "sent", attempts: 2, last_status: 200 }]);
+    expect((await router(key).outbox()).filter((i) => i.kind === "delivery")).toEqual([]);
   });
 
   for (const status of [401, 404]) {

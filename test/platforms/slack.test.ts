@@ -613,8 +613,17 @@ describe("send failures", () => {
 
   it("retries a 5xx", async () => {
     slackAnswers = [() => new Response("upstream down", { status: 503 })];
-    const { sessionId } = await firstReply();
+    const { key, sessionId } = await firstReply();
     expect(await deliveriesOf(sessionId)).toMatchObject([{ status: "pending", attempts: 1, last_status: 503 }]);
+    const [item] = (await router(key).outbox()).filter((i) => i.kind === "delivery");
+    expect(item!.dueAt).toBe(T0 + 1_000);
+    // The retry itself: the same message posted again, then recorded as sent.
+    setNow(T0 + 1_000);
+    await runAlarm(key);
+    expect(posts()).toHaveLength(2);
+    expect(posts()[1]!.json).toEqual(posts()[0]!.json);
+    expect(await deliveriesOf(sessionId)).toMatchObject([{ status: "sent", attempts: 2, last_status: 200 }]);
+    expect((await router(key).outbox()).filter((i) => i.kind === "delivery")).toEqual([]);
   });
 
   it("records any other ok:false as failed, without retrying", async () => {

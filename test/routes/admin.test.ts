@@ -120,6 +120,8 @@ describe("sessions", () => {
     const chat = unique("chat");
     const key = genericKey(chat);
     const first = await send({ chat_id: chat });
+    // Its hand-off is done first: a turn still in the outbox would hold the session open.
+    await runAlarm(key);
     setNow(T0 + 2 * 60 * MINUTE);
     const second = await send({ chat_id: chat });
     const all = (await (await adminFetch(`/admin/sessions?key=${encodeURIComponent(key)}`)).json()) as any;

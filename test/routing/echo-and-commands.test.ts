@@ -155,6 +155,8 @@ describe("commands", () => {
   it("/new after the deadline ends the old session by its policy first", async () => {
     const chat = unique("chat");
     const first = await send({ chat_id: chat });
+    // Its hand-off is done first: a turn still in the outbox would hold the session open.
+    await runAlarm(genericKey(chat));
     setNow(T0 + 2 * HOUR);
     const command = await send({ chat_id: chat, text: "/new" });
     expect(await sessionRow(first.body.session_id)).toMatchObject({ end_reason: "idle" });

@@ -21,7 +21,7 @@ import {
   useConfig,
 } from "../helpers";
 import { COMMAND_REPLIES } from "../../src/domain/commands";
-import type { RouterStorage } from "../../src/routing/storage";
+import { RouterStorage } from "../../src/routing/storage";
 import type { DeliveryWork } from "../../src/routing/work";
 import { accepted, agentConfig, fakeServices, replyWith } from "../agent/support";
 
@@ -36,14 +36,9 @@ afterEach(() => {
   useConfig(null);
 });
 
-/** Waits for the background drain of a key's routing object, if one runs. */
+/** Waits for the background drain of a key's routing object, if one runs (its `drained()` seam). */
 async function settled(key: string): Promise<void> {
-  const drain = await runInDurableObject(router(key), (instance) => {
-    // The drain in flight is private state of the object; the test reaches in to await it.
-    const running = (instance as unknown as { activeDrain: Promise<void> | null }).activeDrain;
-    return running ? running.then(() => true) : false;
-  });
-  if (drain) await settled(key);
+  await router(key).drained();
 }
 
 /**
@@ -113,6 +108,27 @@ describe("inline drain", () => {
     expect(services.agentCalls()).toHaveLength(1);
     expect(services.replies()).toHaveLength(1);
     expect(await alarmOf(key)).toBe(T0 + 60 * MINUTE + 1);
+  });
+
+  it("drained() resolves only once the background drain has ended (the seam tests wait on)", async () => {
+    useConfig(agentConfig({ OUTBOX_DRAIN: "inline" }));
+    const agent = held(() => replyWith("later"));
+    services = fakeServices(() => agent.response());
+    const chat = unique("chat");
+    const key = genericKey(chat);
+    const sent = await send({ chat_id: chat, text: "wait for me" });
+    await agent.called;
+    let done = false;
+    const drained = router(key)
+      .drained()
+      .then(() => (done = true));
+    await new Promise((resolve) => setTimeout(resolve, 50));
+    expect(done).toBe(false);
+    agent.release();
+    await drained;
+    // Once drained, the reply is recorded and delivered: nothing is still in flight.
+    expect((await messagesOf(sent.body.session_id)).map((m) => m.text)).toEqual(["wait for me", "later"]);
+    expect(services.replies().map((r) => r.text)).toEqual(["later"]);
   });
 
   it("starts a second message's hand-off while the first is still in flight", async () => {
@@ -187,8 +203,9 @@ describe("command answers (staged before the command's D1 batch)", () => {
     await settled(key);
     // What a restart leaves behind when the object died before its batch reached D1:
     // the staged answer, with no delivery row.
-    await runInDurableObject(router(key), (instance) => {
-      const store = (instance as unknown as { store: RouterStorage }).store;
+    await runInDurableObject(router(key), (_instance, state) => {
+      // The object's own outbox table, through its storage class (no private field).
+      const store = new RouterStorage(state.storage.sql);
       store.add({
         id: "dl_never_stored",
         kind: "delivery",

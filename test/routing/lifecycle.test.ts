@@ -87,6 +87,8 @@ describe("policy on every path (invariant 3)", () => {
   it("live path: a message after the deadline ends the old session as idle in the same request", async () => {
     const chat = unique("chat");
     const first = await send({ chat_id: chat, text: "early" });
+    // Its hand-off is done first: a turn still in the outbox would hold the session open.
+    await runAlarm(genericKey(chat));
     setNow(T0 + 60 * MINUTE + 1);
     const late = await send({ chat_id: chat, text: "late" });
     expect(late.body.session_id).not.toBe(first.body.session_id);
@@ -108,6 +110,8 @@ describe("policy on every path (invariant 3)", () => {
     const chat = unique("chat");
     const key = genericKey(chat);
     const first = await send({ chat_id: chat });
+    // Its hand-off is done first: a turn still in the outbox would hold the session open.
+    await runAlarm(key);
     expect((await forget(key)).status).toBe(200);
     setNow(T0 + 2 * HOUR);
     const next = await send({ chat_id: chat });
@@ -153,6 +157,8 @@ describe("policy on every path (invariant 3)", () => {
   it("a last activity moved back by SQL is honoured on the next message", async () => {
     const chat = unique("chat");
     const first = await send({ chat_id: chat });
+    // Its hand-off is done first: a turn still in the outbox would hold the session open.
+    await runAlarm(genericKey(chat));
     setNow(T0 + 10 * MINUTE);
     await sql(`UPDATE sessions SET last_active_at = ? WHERE id = ?`, T0 - 2 * HOUR, first.body.session_id);
     const next = await send({ chat_id: chat });
@@ -371,6 +377,8 @@ describe("lifecycle events of routing", () => {
     const hooks = captureFetch(() => new Response("ok"));
     const chat = unique("chat");
     const first = await send({ chat_id: chat });
+    // Its hand-off is done first: a turn still in the outbox would hold the session open.
+    await runAlarm(genericKey(chat));
     setNow(T0 + 2 * HOUR);
     const next = await send({ chat_id: chat });
     await runAlarm(genericKey(chat));

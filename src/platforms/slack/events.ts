@@ -9,6 +9,8 @@ import * as z from "zod";
 import { kindOfMime, sizeOf, stringOrNull, type InboundAttachment } from "../../domain/attachments";
 import type { InboundMessage, ReplyTarget } from "../../domain/inbound";
 import type { ChatType } from "../../domain/session-key";
+import { apiError } from "../../http/errors";
+import { decodeUtf8 } from "../../http/utf8";
 
 export const SLACK = "slack";
 
@@ -211,7 +213,25 @@ export function slashToInbound(command: SlashCommand): InboundMessage {
   };
 }
 
-/** Form fields of an `application/x-www-form-urlencoded` body, as a plain object. */
+/**
+ * Form fields of an `application/x-www-form-urlencoded` body, as a plain object.
+ * Strict: invalid UTF-8, raw or percent-encoded, is a 400 (URLSearchParams would
+ * replace it with U+FFFD, and two different ids would become one).
+ */
 export function formFields(raw: ArrayBuffer): Record<string, string> {
-  return Object.fromEntries(new URLSearchParams(new TextDecoder().decode(raw)));
+  const fields: Record<string, string> = {};
+  const decode = (part: string) => {
+    try {
+      return decodeURIComponent(part.replace(/\+/g, " "));
+    } catch {
+      throw apiError(400, "invalid_utf8", "form body is not valid UTF-8");
+    }
+  };
+  for (const pair of decodeUtf8(raw).split("&")) {
+    if (pair === "") continue;
+    const at = pair.indexOf("=");
+    const name = decode(at === -1 ? pair : pair.slice(0, at));
+    fields[name] = decode(at === -1 ? "" : pair.slice(at + 1));
+  }
+  return fields;
 }

@@ -1,0 +1,334 @@
+/**
+ * A pure reference model of the session lifecycle, written from the spec: keys ->
+ * sessions, the reset policy, boundaries, recoverable ends, runs and their
+ * ownership, and the lifecycle events each change owes. It imports nothing from
+ * src/, so a bug in the gateway cannot hide in it.
+ *
+ * Where the spec leaves the gateway a choice (when exactly the alarm ends a
+ * session whose turn just finished, the order of a burst, which of two tied
+ * reasons a policy end takes), the model says what is *allowed* and adopts what
+ * the gateway did, after checking it was allowed. Where the spec is firm it says
+ * what *must* have happened (see `mustSettle` and the checks in check.ts).
+ */
+import { deadlineOf, expiryReasons, policyFor, type ChatType, type Policy, type ResetJson } from "./policy";
+
+export const RECOVERABLE = ["agent_close", "orphan_reap"] as const;
+export const END_REASONS = [
+  "idle",
+  "daily",
+  "suspended",
+  "new_command",
+  "compression",
+  "cron_complete",
+  "admin",
+  "agent_close",
+  "orphan_reap",
+] as const;
+export type EndReason = (typeof END_REASONS)[number];
+export const isRecoverable = (reason: string | null) => reason === "agent_close" || reason === "orphan_reap";
+export const finalizes = (reason: string) => reason !== "compression" && !isRecoverable(reason);
+/** Spec invariant 10: which replaced sessions make the first reply carry a notice. */
+export function noticeFor(reason: string, hadActivity: boolean): string | null {
+  if (reason === "suspended") return "suspended";
+  if ((reason === "idle" || reason === "daily") && hadActivity) return reason;
+  return null;
+}
+/** Why a run no longer owns a session that ended for `reason` (spec: heartbeat reasons). */
+export function revocationFor(reason: string): "superseded" | "stopped" | "session_ended" {
+  if (reason === "new_command") return "superseded";
+  if (reason === "suspended") return "stopped";
+  return "session_ended";
+}
+
+/** How long a run accepted with 202 may stay silent (docs/agent.md). */
+export const LEASE_MS = 10 * 60_000;
+/** Hand-offs are retried for a day, then the run fails for good. */
+export const GIVE_UP_MS = 24 * 60 * 60_000;
+/** Event ids are remembered for at least this long (spec invariant 9). */
+export const DEDUPE_MS = 24 * 60 * 60_000;
+
+export interface KeySpec {
+  chatType: ChatType;
+  chatId: string;
+  userId: string;
+  threadId: string | null;
+  /** The session key the spec builds for it. */
+  key: string;
+}
+
+export interface MMessage {
+  role: "user" | "assistant";
+  text: string;
+  at: number;
+}
+
+export interface MEnd {
+  reason: string;
+  /** Ended out of band (SQL): its events are owed only once the gateway looked. */
+  bySql: boolean;
+  /**
+   * An SQL end that the gateway reopened or promoted at its first look: it reports
+   * the row as it then stands, so this end's own ended event is optional.
+   */
+  optional?: boolean;
+}
+
+export interface MSession {
+  id: string;
+  key: number;
+  startedAt: number;
+  lastActiveAt: number;
+  endReason: string | null;
+  parentId: string | null;
+  previous: { id: string; reason: string; hadActivity: boolean } | null;
+  noticeOwed: string | null;
+  messages: MMessage[];
+  currentRun: MRun | null;
+  ends: MEnd[];
+  /** Ended by SQL and not yet looked at by the gateway. */
+  unnoticed: boolean;
+  /** Runs staged in it so far (`is_new` is for the first). */
+  staged: number;
+  /** A recoverable row that `/new` replaced: its key's alarm still promotes it at its deadline. */
+  watched: boolean;
+}
+
+/**
+ * staged: stored, not yet handed over; retrying: handed over, the agent was down;
+ * limbo: staged in a session that then ended (it may still go out if the session is
+ * reopened first); accepted: 202, lease running.
+ */
+export type RunState = "staged" | "retrying" | "limbo" | "accepted" | "finished" | "failed" | "revoked";
+
+export interface MRun {
+  eventId: string;
+  /** The key its message came in on. */
+  key: number;
+  text: string;
+  sessionId: string;
+  /** The session the message was stored in (a rotation moves `sessionId`, not this). */
+  storedIn: string;
+  state: RunState;
+  stagedAt: number;
+  runId: string | null;
+  token: string | null;
+  heardAt: number | null;
+  revokedReason: string | null;
+  /** What the first hand-off must say (spec: is_new and reset of the first run of a session). */
+  isNew: boolean | null;
+  reset: { reason: string; had_activity: boolean; previous_session_id: string } | null;
+  /** See KNOWN_GAPS.leaseUnwatchedAfterRotation: its lapse may, not must, be reaped by the alarm. */
+  leaseUnwatched?: boolean;
+}
+
+export interface SentEvent {
+  eventId: string;
+  key: number;
+  body: Record<string, unknown>;
+  at: number;
+  /** The session the first answer named. */
+  sessionId: string | null;
+}
+
+export interface ExpectedReply {
+  eventId: string;
+  sessionId: string;
+  text: string;
+  notice: string | null;
+}
+
+export type AgentMode = "reply" | "accept" | "down" | "null" | "refuse";
+
+export class Model {
+  now: number;
+  readonly sessions = new Map<string, MSession>();
+  /** Sessions of each key, oldest first. */
+  readonly byKey: MSession[][];
+  /** Whether each key's routing object holds an entry (the spec's routing entry). */
+  readonly entry: boolean[];
+  readonly runs = new Map<string, MRun>();
+  readonly sent: SentEvent[] = [];
+  agentMode: AgentMode = "reply";
+  /** Replies recorded and owed to GENERIC_REPLY_URL, by key. */
+  readonly pendingReplies: ExpectedReply[][];
+  /** Command answers owed to GENERIC_REPLY_URL, by key (event ids). */
+  readonly pendingAnswers: string[][];
+  /** Sessions the next alarm of their key must apply the policy to (spec invariant 6). */
+  readonly mustSettle = new Set<string>();
+
+  constructor(
+    readonly prefix: string,
+    readonly keys: KeySpec[],
+    readonly config: ResetJson,
+    start: number,
+  ) {
+    this.now = start;
+    this.byKey = keys.map(() => []);
+    this.entry = keys.map(() => false);
+    this.pendingReplies = keys.map(() => []);
+    this.pendingAnswers = keys.map(() => []);
+  }
+
+  policy(key: number): Policy {
+    return policyFor(this.config, "generic", this.keys[key]!.chatType);
+  }
+
+  newest(key: number): MSession | null {
+    return this.byKey[key]!.at(-1) ?? null;
+  }
+
+  deadline(session: MSession): number | null {
+    return deadlineOf(this.policy(session.key), session.lastActiveAt);
+  }
+
+  expiry(session: MSession, now = this.now): string[] {
+    return expiryReasons(this.policy(session.key), session.lastActiveAt, now);
+  }
+
+  runsOf(session: MSession): MRun[] {
+    return [...this.runs.values()].filter((run) => run.sessionId === session.id);
+  }
+
+  /**
+   * Spec invariant 6: is a live session held open by its turn in progress? A
+   * hand-off still staged or being retried holds it; so does a current run accepted
+   * with 202 whose lease holds. "unknown" when a run in limbo could go either way.
+   */
+  held(session: MSession, exceptEventId: string | null = null): boolean | "unknown" {
+    if (session.endReason !== null) return false;
+    const runs = this.runsOf(session).filter((run) => run.eventId !== exceptEventId);
+    if (runs.some((run) => run.state === "staged" || run.state === "retrying")) return true;
+    const current = session.currentRun;
+    if (current && current.state === "accepted" && current.heardAt! + LEASE_MS > this.now) return true;
+    if (runs.some((run) => run.state === "limbo")) return "unknown";
+    return false;
+  }
+
+  /** The current run accepted with 202 whose owner has been silent past the lease. */
+  leaseLapsed(session: MSession): boolean {
+    if (session.endReason !== null) return false;
+    if (this.runsOf(session).some((run) => run.state === "staged" || run.state === "retrying")) return false;
+    const current = session.currentRun;
+    return !!current && current.state === "accepted" && current.heardAt! + LEASE_MS <= this.now;
+  }
+
+  /** Policy reasons the gateway may end this live or recoverable session for, right now. */
+  policyEndsAllowed(session: MSession): string[] {
+    if (session.endReason !== null && !isRecoverable(session.endReason)) return [];
+    const reasons = this.expiry(session);
+    if (reasons.length === 0) return [];
+    return this.held(session) === true ? [] : reasons;
+  }
+
+  // ------------------------------------------------------------------ transitions
+
+  addSession(key: number, id: string, startedAt: number, fields: Partial<MSession>): MSession {
+    const session: MSession = {
+      id,
+      key,
+      startedAt,
+      lastActiveAt: startedAt,
+      endReason: null,
+      parentId: null,
+      previous: null,
+      noticeOwed: null,
+      messages: [],
+      currentRun: null,
+      ends: [],
+      unnoticed: false,
+      staged: 0,
+      watched: false,
+      ...fields,
+    };
+    this.sessions.set(id, session);
+    this.byKey[key]!.push(session);
+    return session;
+  }
+
+  /** Ends a live or recoverable session; unfinished runs are revoked, staged ones left in limbo. */
+  end(session: MSession, reason: string, bySql = false): void {
+    const wasLive = session.endReason === null;
+    const last = session.ends.at(-1);
+    if (last?.bySql) last.optional = true;
+    session.endReason = reason;
+    session.ends.push({ reason, bySql });
+    session.unnoticed = bySql;
+    this.mustSettle.delete(session.id);
+    if (!wasLive) return;
+    for (const run of this.runsOf(session)) {
+      if (run.state === "staged" || run.state === "retrying") run.state = run.runId ? "revoked" : "limbo";
+      if (run.state === "accepted" || run.state === "revoked") {
+        run.state = "revoked";
+        run.revokedReason ??= revocationFor(reason);
+      }
+    }
+  }
+
+  /** Reopens a recoverable session (same id, transcript kept); runs in limbo may go out again. */
+  reopen(session: MSession): void {
+    const last = session.ends.at(-1);
+    if (last?.bySql) last.optional = true;
+    session.endReason = null;
+    session.unnoticed = false;
+  }
+
+  /** Stores a user message and stages its run. */
+  store(session: MSession, eventId: string, text: string): MRun {
+    session.messages.push({ role: "user", text, at: this.now });
+    session.lastActiveAt = Math.max(session.lastActiveAt, this.now);
+    const first = session.staged === 0 && session.parentId === null;
+    // Unknown when earlier runs of the session were staged but none went out (the
+    // gateway counts the first run dispatched, the model the first staged).
+    const isNew = first ? true : this.runsOf(session).some((r) => r.runId !== null) ? false : null;
+    session.staged += 1;
+    const run: MRun = {
+      eventId,
+      key: session.key,
+      text,
+      sessionId: session.id,
+      storedIn: session.id,
+      state: "staged",
+      stagedAt: this.now,
+      runId: null,
+      token: null,
+      heardAt: null,
+      revokedReason: null,
+      isNew,
+      reset:
+        first && session.previous
+          ? {
+              reason: session.previous.reason,
+              had_activity: session.previous.hadActivity,
+              previous_session_id: session.previous.id,
+            }
+          : null,
+    };
+    this.runs.set(eventId, run);
+    return run;
+  }
+
+  /** Records a run's reply in its session (spec: unless revoked); the first reply takes the notice. */
+  recordReply(run: MRun, text: string): ExpectedReply {
+    const session = this.sessions.get(run.sessionId)!;
+    run.state = "finished";
+    session.messages.push({ role: "assistant", text, at: this.now });
+    session.lastActiveAt = Math.max(session.lastActiveAt, this.now);
+    const reply = { eventId: run.eventId, sessionId: session.id, text, notice: session.noticeOwed };
+    session.noticeOwed = null;
+    this.pendingReplies[session.key]!.push(reply);
+    return reply;
+  }
+
+  /** Sessions whose policy end the next alarm of `key` must carry out (spec invariant 6). */
+  dueAtAlarm(key: number): MSession[] {
+    const due: MSession[] = [];
+    const newest = this.newest(key);
+    for (const session of this.byKey[key]!) {
+      const watched = session === newest ? this.entry[key] : isRecoverable(session.endReason) && session.watched;
+      if (!watched) continue;
+      const reap = this.leaseLapsed(session) && !session.currentRun?.leaseUnwatched;
+      if (this.policyEndsAllowed(session).length > 0 || reap) due.push(session);
+    }
+    return due;
+  }
+}

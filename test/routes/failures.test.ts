@@ -1,0 +1,201 @@
+/**
+ * Nothing hidden from the operator (spec invariant 12): a run whose hand-off failed
+ * for good and a reply delivery dead-lettered show in `GET /admin/sessions/{id}`
+ * (`runs`, `deliveries`), are counted (`runs_failed`, `deliveries_failed`), and can
+ * be retried: `POST /admin/runs/{id}/retry`, `POST /admin/deliveries/{event_id}/retry`,
+ * each 200 with the item as it now stands, 404 unknown, 409 not failed.
+ */
+import { afterEach, beforeEach, describe, expect, it } from "vitest";
+import {
+  MINUTE,
+  T0,
+  adminFetch,
+  captureFetch,
+  genericKey,
+  messagesOf,
+  restoreClock,
+  runAlarm,
+  send,
+  setNow,
+  unique,
+  useConfig,
+  type Captured,
+} from "../helpers";
+import { AGENT_URL, REPLY_URL, accepted, agentConfig, replyWith } from "../agent/support";
+
+let agentAnswer: (request: Captured) => Response;
+let replyAnswer: () => Response;
+let outbound: ReturnType<typeof captureFetch>;
+
+beforeEach(() => {
+  setNow(T0);
+  useConfig(agentConfig({ HOOK_URLS: "" }));
+  agentAnswer = () => replyWith("hi");
+  replyAnswer = () => new Response("ok");
+  outbound = captureFetch((request) => {
+    if (request.url === AGENT_URL) return agentAnswer(request);
+    if (request.url === REPLY_URL) return replyAnswer();
+    throw new Error(`unexpected outbound request to ${request.url}`);
+  });
+});
+afterEach(() => {
+  outbound.restore();
+  restoreClock();
+  useConfig(null);
+});
+
+const agentCalls = () => outbound.calls.filter((c) => c.url === AGENT_URL);
+const replies = () => outbound.calls.filter((c) => c.url === REPLY_URL).map((c) => c.json);
+const view = async (sessionId: string) => (await (await adminFetch(`/admin/sessions/${sessionId}`)).json()) as any;
+const metrics = async () => (await (await adminFetch(`/admin/metrics`)).json()) as any;
+const post = (path: string) => adminFetch(path, { method: "POST" });
+
+describe("runs in the session answer", () => {
+  it("lists each run with its status, attempts, last error and times", async () => {
+    let status = 503;
+    agentAnswer = () => (status === 202 ? accepted() : new Response("busy", { status }));
+    const chat = unique("chat");
+    const key = genericKey(chat);
+    const sent = await send({ chat_id: chat, text: "one" });
+    await runAlarm(key);
+    setNow(T0 + 1_000);
+    await runAlarm(key);
+    const [retrying] = (await view(sent.body.session_id)).runs;
+    expect(retrying).toEqual({
+      run_id: expect.stringMatching(/^run_/),
+      status: "dispatching",
+      attempts: 2,
+      last_error: "HTTP 503: busy",
+      revoked_reason: null,
+      created_at: T0,
+      finished_at: null,
+      event_id: sent.eventId,
+    });
+    status = 202;
+    setNow(T0 + 3_000);
+    await runAlarm(key);
+    expect((await view(sent.body.session_id)).runs).toMatchObject([{ status: "running", attempts: 3 }]);
+    await send({ chat_id: chat, text: "/new" });
+    expect((await view(sent.body.session_id)).runs).toMatchObject([
+      { status: "revoked", revoked_reason: "superseded" },
+    ]);
+  });
+
+  it("shows a finished run and a failed one", async () => {
+    agentAnswer = (request) =>
+      request.json.message.text === "refused" ? new Response("no", { status: 422 }) : replyWith("fine");
+    const chat = unique("chat");
+    const key = genericKey(chat);
+    const sent = await send({ chat_id: chat, text: "ok" });
+    await runAlarm(key);
+    setNow(T0 + MINUTE);
+    await send({ chat_id: chat, text: "refused" });
+    await runAlarm(key);
+    expect((await view(sent.body.session_id)).runs).toMatchObject([
+      { status: "finished", attempts: 1, finished_at: T0, last_error: null },
+      { status: "failed", attempts: 1, finished_at: T0 + MINUTE, last_error: "HTTP 422: no" },
+    ]);
+  });
+});
+
+describe("runs_failed and POST /admin/runs/{id}/retry", () => {
+  it("counts a run refused with a 4xx; the retry hands it over again, same run id, and the reply lands", async () => {
+    let refuse = true;
+    agentAnswer = () => (refuse ? new Response("bad", { status: 400 }) : replyWith("second time lucky"));
+    const before = (await metrics()).runs_failed;
+    const chat = unique("chat");
+    const key = genericKey(chat);
+    const sent = await send({ chat_id: chat, text: "please" });
+    await runAlarm(key);
+    expect((await metrics()).runs_failed).toBe(before + 1);
+    const [failed] = (await view(sent.body.session_id)).runs;
+    expect(failed).toMatchObject({ status: "failed" });
+
+    refuse = false;
+    setNow(T0 + MINUTE);
+    const retried = await post(`/admin/runs/${failed.run_id}/retry`);
+    expect(retried.status).toBe(200);
+    expect(((await retried.json()) as any).run).toMatchObject({
+      run_id: failed.run_id,
+      status: "dispatching",
+      attempts: 0,
+      last_error: null,
+    });
+    await runAlarm(key);
+    const calls = agentCalls();
+    expect(calls).toHaveLength(2);
+    expect(calls[1]!.json.run_id).toBe(failed.run_id);
+    expect(calls[1]!.json.message.text).toBe("please");
+    expect(calls[1]!.json.run_token).not.toBe(calls[0]!.json.run_token);
+    expect(replies().map((r) => r.text)).toEqual(["second time lucky"]);
+    expect((await messagesOf(sent.body.session_id)).map((m) => m.text)).toEqual(["please", "second time lucky"]);
+    expect((await view(sent.body.session_id)).runs).toMatchObject([
+      { run_id: failed.run_id, status: "finished", attempts: 1 },
+    ]);
+    // Finished now: retrying it again is a 409, and nothing is handed over.
+    const again = await post(`/admin/runs/${failed.run_id}/retry`);
+    expect(again.status).toBe(409);
+    expect(((await again.json()) as any).error.code).toBe("not_failed");
+    await runAlarm(key);
+    expect(agentCalls()).toHaveLength(2);
+  });
+
+  it("404 for an unknown run, 409 for one still running", async () => {
+    agentAnswer = () => accepted();
+    expect((await post(`/admin/runs/run_${unique("nope")}/retry`)).status).toBe(404);
+    const chat = unique("chat");
+    const sent = await send({ chat_id: chat });
+    await runAlarm(genericKey(chat));
+    const [run] = (await view(sent.body.session_id)).runs;
+    expect((await post(`/admin/runs/${run.run_id}/retry`)).status).toBe(409);
+    expect(agentCalls()).toHaveLength(1);
+  });
+
+  it("409 for a failed run whose session has ended (its reply could land nowhere)", async () => {
+    agentAnswer = () => new Response("bad", { status: 400 });
+    const chat = unique("chat");
+    const sent = await send({ chat_id: chat });
+    await runAlarm(genericKey(chat));
+    const [run] = (await view(sent.body.session_id)).runs;
+    await post(`/admin/sessions/${sent.body.session_id}/end`);
+    const retried = await post(`/admin/runs/${run.run_id}/retry`);
+    expect(retried.status).toBe(409);
+    expect(((await retried.json()) as any).error.code).toBe("session_ended");
+  });
+});
+
+describe("deliveries_failed and POST /admin/deliveries/{event_id}/retry", () => {
+  it("counts a dead-lettered reply; the retry sends it again with a fresh attempt count", async () => {
+    let refuse = true;
+    replyAnswer = () => (refuse ? new Response("gone", { status: 410 }) : new Response("ok"));
+    const before = (await metrics()).deliveries_failed;
+    const chat = unique("chat");
+    const key = genericKey(chat);
+    const sent = await send({ chat_id: chat, text: "hello" });
+    await runAlarm(key);
+    expect((await metrics()).deliveries_failed).toBe(before + 1);
+    expect((await view(sent.body.session_id)).deliveries).toMatchObject([
+      { event_id: sent.eventId, kind: "reply", status: "failed", attempts: 1, last_status: 410 },
+    ]);
+
+    refuse = false;
+    const retried = await post(`/admin/deliveries/${encodeURIComponent(sent.eventId)}/retry`);
+    expect(retried.status).toBe(200);
+    expect(((await retried.json()) as any).delivery).toMatchObject({
+      event_id: sent.eventId,
+      status: "pending",
+      attempts: 0,
+    });
+    await runAlarm(key);
+    expect(replies().map((r) => r.text)).toEqual(["hi", "hi"]);
+    expect((await view(sent.body.session_id)).deliveries).toMatchObject([{ status: "sent", attempts: 1 }]);
+    // Sent now: a second retry is a 409 and sends nothing.
+    expect((await post(`/admin/deliveries/${encodeURIComponent(sent.eventId)}/retry`)).status).toBe(409);
+    await runAlarm(key);
+    expect(replies()).toHaveLength(2);
+  });
+
+  it("404 for an event nothing was delivered for", async () => {
+    expect((await post(`/admin/deliveries/${unique("evt_nope")}/retry`)).status).toBe(404);
+  });
+});
