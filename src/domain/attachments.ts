@@ -6,6 +6,7 @@
  * used by `GET /v1/attachments/{id}`: the agent, the operator API and the hooks see
  * the id, kind, MIME type, name and size, never where the bytes are.
  */
+import { log } from "../log";
 
 export const ATTACHMENT_KINDS = ["image", "audio", "voice", "video", "file", "sticker"] as const;
 export type AttachmentKind = (typeof ATTACHMENT_KINDS)[number];
@@ -79,7 +80,7 @@ export function parseAttachmentsColumn(column: string | null): AttachmentJson[] 
     return Array.isArray(parsed) ? (parsed as AttachmentJson[]) : [];
   } catch {
     // Operators edit rows by SQL; a broken column must not break the session view.
-    console.warn("messages.attachments is not valid JSON; shown as none");
+    log.warn("messages.attachments is not valid JSON; shown as none");
     return [];
   }
 }

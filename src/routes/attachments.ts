@@ -12,6 +12,7 @@ import { configOf, effectiveEnv } from "../config";
 import { selectAttachment, selectContinues } from "../db/attachments";
 import { Database } from "../db/client";
 import { apiError } from "../http/errors";
+import { errorSummary, log } from "../log";
 import { requireRunToken } from "./auth";
 
 export const attachmentsApi = new Hono<{ Bindings: Env }>();
@@ -31,7 +32,12 @@ attachmentsApi.get("/:id", async (c) => {
   }
   const outcome = await openMedia(row, effectiveEnv(c.env), config);
   if (!outcome.ok) {
-    console.warn("attachment not served", row.platform, outcome.status, outcome.error);
+    log.warn("attachment not served", {
+      platform: row.platform,
+      attachment_id: id,
+      status: outcome.status,
+      error: errorSummary(outcome.error),
+    });
     throw apiError(outcome.status, outcome.status === 413 ? "payload_too_large" : "bad_gateway", outcome.error);
   }
   const { response } = outcome;
