@@ -136,8 +136,8 @@ admin.post("/runs/:id/retry", async (c) => {
  * sent again (invariant 12). The path names the inbound event it answers (or the
  * delivery's own `id`); the newest failed reply or answer of that event is retried.
  */
-admin.post("/deliveries/:id/retry", async (c) => {
-  const id = c.req.param("id");
+admin.post("/deliveries/:event_id/retry", async (c) => {
+  const id = c.req.param("event_id");
   const database = db(c.env);
   const [matches] = await database.batch(selectDeliveriesFor(id));
   if (matches.length === 0) throw apiError(404, "not_found", `no delivery for ${id}`);

@@ -128,6 +128,7 @@ describe("explain", () => {
     const chat = unique("chat");
     const key = genericKey(chat);
     await send({ chat_id: chat });
+    await runAlarm(key); // the first turn is answered, so nothing holds the session past its deadline
     setNow(T0 + 2 * 60 * MINUTE);
     const newest = await send({ chat_id: chat });
     await adminFetch(routePath(key), { method: "DELETE" });
