@@ -5,6 +5,7 @@
 // starts is stopped at the end, on failure too. Screenshots of each page go to
 // test/browser/artifacts/ (git-ignored).
 import assert from "node:assert/strict";
+import { execFileSync } from "node:child_process";
 import { createHmac } from "node:crypto";
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { createServer } from "node:http";
@@ -12,10 +13,8 @@ import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { after, before, describe, it } from "node:test";
 import { fileURLToPath } from "node:url";
-import Database from "better-sqlite3";
 import { chromium } from "playwright-core";
 import { killAllGroupsSync, startGroup, stopGroup, tail } from "../../bench/lib/proc.mjs";
-import { findD1File } from "../../bench/lib/seed.mjs";
 import { validateOpenApi } from "../../scripts/validate-openapi.mjs";
 
 const ROOT = join(dirname(fileURLToPath(import.meta.url)), "..", "..");
@@ -79,6 +78,19 @@ function startFakes() {
 }
 
 /** Starts the gateway as `npm start` does, on this suite's state, and waits for /healthz. */
+/**
+ * Runs one SQL statement on the stopped gateway's local D1, as an operator would
+ * (`wrangler d1 execute --local` on the same persist directory), and returns its rows.
+ */
+function d1(sql) {
+  const out = execFileSync(
+    "npx",
+    ["wrangler", "d1", "execute", "DB", "--local", "--persist-to", join(state, "wrangler"), "--json", "--command", sql],
+    { cwd: ROOT, env: { ...process.env, WRANGLER_SEND_METRICS: "false" }, encoding: "utf8" },
+  );
+  return JSON.parse(out)[0]?.results ?? [];
+}
+
 async function startGateway(label) {
   const envFile = join(state, "vars.env");
   const fakesOrigin = `http://127.0.0.1:${FAKES_PORT}`;
@@ -224,23 +236,18 @@ before(async () => {
   });
   await stopGroup(gateway.pid);
   gateway = null;
-  const db = new Database(findD1File(join(state, "wrangler")));
-  try {
-    const event = db
-      .prepare(`SELECT id FROM events WHERE session_id = ? AND type = 'session.ended'`)
-      .get(seeded.ended.session_id);
-    db.prepare(
-      `UPDATE events SET status = 'failed', attempts = 12, delivered_to = '[]', last_error = ? WHERE id = ?`,
-    ).run("http://127.0.0.1/hooks: HTTP 503", event.id);
-    seeded.failedEventId = event.id;
-    const delivery = db.prepare(`SELECT id FROM deliveries WHERE session_id = ? LIMIT 1`).get(seeded.alice.session_id);
-    db.prepare(
-      `UPDATE deliveries SET status = 'failed', attempts = 10, last_status = 500, last_error = ? WHERE id = ?`,
-    ).run("HTTP 500", delivery.id);
-    seeded.failedDeliveryId = delivery.id;
-  } finally {
-    db.close();
-  }
+  const event = d1(
+    `SELECT id FROM events WHERE session_id = '${seeded.ended.session_id}' AND type = 'session.ended'`,
+  )[0];
+  d1(
+    `UPDATE events SET status = 'failed', attempts = 12, delivered_to = '[]', last_error = 'http://127.0.0.1/hooks: HTTP 503' WHERE id = '${event.id}'`,
+  );
+  seeded.failedEventId = event.id;
+  const delivery = d1(`SELECT id FROM deliveries WHERE session_id = '${seeded.alice.session_id}' LIMIT 1`)[0];
+  d1(
+    `UPDATE deliveries SET status = 'failed', attempts = 10, last_status = 500, last_error = 'HTTP 500' WHERE id = '${delivery.id}'`,
+  );
+  seeded.failedDeliveryId = delivery.id;
   gateway = await startGateway("pages");
 });
 
