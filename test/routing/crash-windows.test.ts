@@ -1,0 +1,124 @@
+/**
+ * The windows the crash check (`npm run chaos`) found between a D1 commit and what
+ * the routing object does next. A kill there is simulated with the D1 fault seam's
+ * `afterCommit`: the batch commits in real D1, then the call throws, so nothing the
+ * object would have done after it happens.
+ * - A new session stored, its entry never adopted: the key never gets a second live
+ *   row, and the platform's resend repairs the entry.
+ * - A reply recorded through the run API, its delivery never staged: it is still sent.
+ */
+import { env } from "cloudflare:workers";
+import { afterEach, beforeEach, describe, expect, it } from "vitest";
+import { injectD1Fault } from "../../src/db/client";
+import {
+  T0,
+  adminFetch,
+  genericKey,
+  messagesOf,
+  restoreClock,
+  router,
+  runAlarm,
+  send,
+  sessionsOfKey,
+  setNow,
+  unique,
+  useConfig,
+} from "../helpers";
+import { accepted, agentApi, agentConfig, fakeServices } from "../agent/support";
+
+const has = (fragment: string) => (sql: readonly string[]) => sql.some((s) => s.includes(fragment));
+let services: ReturnType<typeof fakeServices> | null = null;
+
+beforeEach(() => setNow(T0));
+afterEach(() => {
+  injectD1Fault(null);
+  services?.restore();
+  services = null;
+  restoreClock();
+  useConfig(null);
+});
+
+/**
+ * A key whose entry points at an ended session, then a message whose fresh session
+ * D1 stores before the object dies. Returns the key and the two sessions' ids.
+ */
+async function killedAfterNewSession(): Promise<{ key: string; chat: string; old: string; eventId: string }> {
+  useConfig({ HOOK_URLS: "" }); // the echo agent answers
+  const chat = unique("chat");
+  const key = genericKey(chat);
+  const first = await send({ chat_id: chat, text: "one" });
+  const ended = await adminFetch(`/admin/sessions/${first.body.session_id}/end`, {
+    method: "POST",
+    headers: { "content-type": "application/json" },
+    body: JSON.stringify({ reason: "admin" }),
+  });
+  expect(ended.status).toBe(200);
+  const fault = injectD1Fault({ afterCommit: true, match: has("INSERT INTO sessions") });
+  const killed = await send({ chat_id: chat, text: "two" });
+  expect(fault.hits()).toBe(1);
+  expect(killed.status).toBeGreaterThanOrEqual(500);
+  // D1 has the new session; the entry still names the ended one.
+  const rows = await sessionsOfKey(key);
+  expect(rows.map((r) => r.end_reason)).toEqual(["admin", null]);
+  const view = (await (await adminFetch(`/admin/routes/${encodeURIComponent(key)}`)).json()) as any;
+  expect(view.entry.session_id).toBe(first.body.session_id);
+  return { key, chat, old: first.body.session_id, eventId: killed.eventId };
+}
+
+describe("a kill between a new session's batch and adopting it", () => {
+  it("the next message joins the session D1 stored: the key never has two live rows", async () => {
+    const { key, chat } = await killedAfterNewSession();
+    const next = await send({ chat_id: chat, text: "three" });
+    expect(next.status).toBe(200);
+    const rows = await sessionsOfKey(key);
+    expect(rows.filter((r) => r.end_reason === null)).toHaveLength(1);
+    expect(rows).toHaveLength(2);
+    expect(next.body.session_id).toBe(rows[1]!.id);
+    expect((await messagesOf(rows[1]!.id)).filter((m) => m.role === "user").map((m) => m.text)).toEqual([
+      "two",
+      "three",
+    ]);
+    const view = (await (await adminFetch(`/admin/routes/${encodeURIComponent(key)}`)).json()) as any;
+    expect(view.entry.session_id).toBe(rows[1]!.id);
+    // Its deadline is armed like any live session's.
+    expect(view.alarm_at).not.toBeNull();
+  });
+
+  it("the platform's resend is a duplicate of the new session and repairs the entry", async () => {
+    const { key, chat, eventId } = await killedAfterNewSession();
+    const resent = await send({ chat_id: chat, event_id: eventId, text: "two" });
+    const rows = await sessionsOfKey(key);
+    expect(resent).toMatchObject({ status: 200, body: { duplicate: true, session_id: rows[1]!.id } });
+    const view = (await (await adminFetch(`/admin/routes/${encodeURIComponent(key)}`)).json()) as any;
+    expect(view.entry.session_id).toBe(rows[1]!.id);
+    // The entry's deadline is learnt again by the alarm.
+    await runAlarm(key);
+    expect(await router(key).inspect()).toMatchObject({ alarm_at: expect.any(Number) });
+  });
+});
+
+describe("a kill between recording a run API reply and staging its delivery", () => {
+  it("the delivery is still sent once, although the agent's retried reply gets 409 finished", async () => {
+    useConfig(agentConfig({ HOOK_URLS: "" }));
+    services = fakeServices(() => accepted());
+    const chat = unique("chat");
+    const key = genericKey(chat);
+    const sent = await send({ chat_id: chat, text: "slow question" });
+    await runAlarm(key);
+    const run = services.agentCalls()[0]!.json;
+    const fault = injectD1Fault({ afterCommit: true, match: has("UPDATE runs SET finished_at") });
+    const killed = await agentApi(`/v1/runs/${run.run_id}/reply`, run.run_token, { text: "late answer" });
+    expect(fault.hits()).toBe(1);
+    expect(killed.status).toBeGreaterThanOrEqual(500);
+    const retried = await agentApi(`/v1/runs/${run.run_id}/reply`, run.run_token, { text: "late answer" });
+    expect(retried).toMatchObject({ status: 409, body: { reason: "finished" } });
+    await router(key).drained();
+    await runAlarm(key);
+    expect(services.replies().map((r) => r.text)).toEqual(["late answer"]);
+    const delivery = await env.DB.prepare(`SELECT status, attempts FROM deliveries WHERE session_id = ?`)
+      .bind(sent.body.session_id)
+      .first<any>();
+    expect(delivery).toEqual({ status: "sent", attempts: 1 });
+    expect(await router(key).outbox()).toEqual([]);
+  });
+});
