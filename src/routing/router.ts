@@ -1360,7 +1360,10 @@ export class SessionRouter extends DurableObject<Env> {
         // A superseded run still delivers its reply; a revoked or finished one does not.
         if (run.revokedReason) return notOwned(run.revokedReason as NotOwnedReason);
         if (session.endReason !== null) return notOwned(revocationFor(session.endReason));
-        if (run.finishedAt !== null) return notOwned("finished");
+        if (run.finishedAt !== null) {
+          await this.restageReply(runId, session.sessionKey, now);
+          return notOwned("finished");
+        }
         const recorded = await this.recordRunReply(runId, text, now, false);
         if (!recorded?.finished) return notOwned("finished");
         if (!recorded.added && text.trim() !== "") {
@@ -1374,6 +1377,18 @@ export class SessionRouter extends DurableObject<Env> {
         await this.rearm(now);
       }
     });
+  }
+
+  /**
+   * The agent retried the reply of a run already finished: should its delivery be
+   * pending with nothing in the outbox to send it (a kill between recording and
+   * staging), it is staged again, so a reply recorded is never left unsent.
+   */
+  private async restageReply(runId: string, sessionKey: string, now: number): Promise<void> {
+    const deliveryId = replyDeliveryId(runId);
+    if (this.store.get(deliveryId)) return;
+    const [[row]] = await this.db.batch(selectDelivery(deliveryId));
+    if (row?.status === "pending") this.stage(deliveryId, "delivery", deliveryWork(row, sessionKey), now);
   }
 
   /**

@@ -6,7 +6,9 @@
  * - A new session stored, its entry never adopted: the key never gets a second live
  *   row, and the platform's resend repairs the entry.
  * - A reply recorded through the run API, its delivery never staged: it is still sent.
+ * - The same for the agent's 200 answer, whose run stays in the outbox until then.
  */
+import { runInDurableObject } from "cloudflare:test";
 import { env } from "cloudflare:workers";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { injectD1Fault } from "../../src/db/client";
@@ -24,7 +26,8 @@ import {
   unique,
   useConfig,
 } from "../helpers";
-import { accepted, agentApi, agentConfig, fakeServices } from "../agent/support";
+import { RouterStorage } from "../../src/routing/storage";
+import { accepted, agentApi, agentConfig, fakeServices, replyWith } from "../agent/support";
 
 const has = (fragment: string) => (sql: readonly string[]) => sql.some((s) => s.includes(fragment));
 let services: ReturnType<typeof fakeServices> | null = null;
@@ -120,5 +123,53 @@ describe("a kill between recording a run API reply and staging its delivery", ()
       .first<any>();
     expect(delivery).toEqual({ status: "sent", attempts: 1 });
     expect(await router(key).outbox()).toEqual([]);
+  });
+
+  it("a delivery left pending with nothing staged (an older build's kill) is staged by the agent's retried reply", async () => {
+    useConfig(agentConfig({ HOOK_URLS: "" }));
+    services = fakeServices(() => accepted());
+    const chat = unique("chat");
+    const key = genericKey(chat);
+    await send({ chat_id: chat, text: "slow question" });
+    await runAlarm(key);
+    const run = services.agentCalls()[0]!.json;
+    injectD1Fault({ afterCommit: true, match: has("UPDATE runs SET finished_at") });
+    expect((await agentApi(`/v1/runs/${run.run_id}/reply`, run.run_token, { text: "late" })).status).toBe(503);
+    // What a kill before this fix left: the row pending, the outbox without it.
+    await runInDurableObject(router(key), (_instance, state) => {
+      const store = new RouterStorage(state.storage.sql);
+      for (const item of store.all()) store.delete(item.id);
+    });
+    expect(await router(key).outbox()).toEqual([]);
+    const retried = await agentApi(`/v1/runs/${run.run_id}/reply`, run.run_token, { text: "late" });
+    expect(retried).toMatchObject({ status: 409, body: { reason: "finished" } });
+    await router(key).drained();
+    await runAlarm(key);
+    expect(services.replies().map((r) => r.text)).toEqual(["late"]);
+  });
+});
+
+describe("a kill between recording the agent's 200 answer and staging its delivery", () => {
+  it("the run stays in the outbox: replayed, it stages the delivery, sent once, the agent asked once", async () => {
+    useConfig(agentConfig({ HOOK_URLS: "" }));
+    services = fakeServices(() => replyWith("quick answer"));
+    const chat = unique("chat");
+    const key = genericKey(chat);
+    const sent = await send({ chat_id: chat, text: "quick question" });
+    await router(key).drained();
+    const fault = injectD1Fault({ afterCommit: true, match: has("UPDATE runs SET finished_at") });
+    await runAlarm(key);
+    expect(fault.hits()).toBe(1);
+    expect(services.replies()).toEqual([]);
+    expect((await router(key).outbox()).map((item) => item.kind)).toEqual(["run"]);
+    const [item] = await router(key).outbox();
+    setNow(item!.dueAt);
+    await runAlarm(key);
+    expect(services.agentCalls()).toHaveLength(1);
+    expect(services.replies().map((r) => r.text)).toEqual(["quick answer"]);
+    const delivery = await env.DB.prepare(`SELECT status, attempts FROM deliveries WHERE session_id = ?`)
+      .bind(sent.body.session_id)
+      .first<any>();
+    expect(delivery).toEqual({ status: "sent", attempts: 1 });
   });
 });
