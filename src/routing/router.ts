@@ -881,8 +881,15 @@ export class SessionRouter extends DurableObject<Env> {
       const [seen] = await this.db.batch(selectDedupe(message.platform, message.eventId, now));
       const mark = seen[0];
       if (!mark || mark.run_id !== work.runId || !mark.session_id) return null;
+      const confirmed = { ...current, sessionId: mark.session_id };
+      // Kept as confirmed: once cached, later attempts (a retried hand-off) read the
+      // stored payload, and a session predicted from a stale entry would revoke the run.
+      if (current.sessionId !== mark.session_id) {
+        const item = this.store.get<RunWork>(work.runId);
+        if (item) this.store.put({ ...item, payload: confirmed });
+      }
       this.confirmedRuns.add(work.runId);
-      return { ...current, sessionId: mark.session_id };
+      return confirmed;
     });
   }
 

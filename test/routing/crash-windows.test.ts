@@ -45,8 +45,10 @@ afterEach(() => {
  * A key whose entry points at an ended session, then a message whose fresh session
  * D1 stores before the object dies. Returns the key and the two sessions' ids.
  */
-async function killedAfterNewSession(): Promise<{ key: string; chat: string; old: string; eventId: string }> {
-  useConfig({ HOOK_URLS: "" }); // the echo agent answers
+async function killedAfterNewSession(
+  config: Record<string, string> = { HOOK_URLS: "" }, // the echo agent answers
+): Promise<{ key: string; chat: string; old: string; eventId: string }> {
+  useConfig(config);
   const chat = unique("chat");
   const key = genericKey(chat);
   const first = await send({ chat_id: chat, text: "one" });
@@ -97,6 +99,60 @@ describe("a kill between a new session's batch and adopting it", () => {
     // The entry's deadline is learnt again by the alarm.
     await runAlarm(key);
     expect(await router(key).inspect()).toMatchObject({ alarm_at: expect.any(Number) });
+  });
+
+  it("the killed message's staged run, predicted for the old session, is handed over in the new one, retries too", async () => {
+    let attempts = 0;
+    services = fakeServices(() => (++attempts === 1 ? new Response("busy", { status: 503 }) : replyWith("answered")));
+    const { key, chat, old, eventId } = await killedAfterNewSession(agentConfig({ HOOK_URLS: "" }));
+    const mark = await env.DB.prepare(`SELECT session_id, run_id FROM inbound_events WHERE event_id = ?`)
+      .bind(eventId)
+      .first<{ session_id: string; run_id: string }>();
+    // The outbox as the kill left it: the hand-off staged with the entry's (old) session.
+    await runInDurableObject(router(key), async (_instance, state) => {
+      new RouterStorage(state.storage.sql).put({
+        id: mark!.run_id,
+        kind: "run",
+        payload: {
+          stage: "dispatch",
+          runId: mark!.run_id,
+          token: `${mark!.run_id}.token`,
+          sessionId: old,
+          isNew: false,
+          parentId: null,
+          reset: null,
+          message: {
+            platform: "generic",
+            eventId,
+            chatId: chat,
+            chatType: "dm",
+            userId: "u1",
+            threadId: null,
+            text: "two",
+            sentAt: null,
+            replyTo: { platform: "generic" },
+            sessionKey: key,
+            receivedAt: T0,
+          },
+        },
+        dueAt: T0,
+        attempts: 0,
+        lastError: null,
+        createdAt: T0,
+      });
+      await state.storage.setAlarm(T0);
+    });
+    await runAlarm(key);
+    expect(services.agentCalls().map((c) => c.json.session.id)).toEqual([mark!.session_id]);
+    const [item] = await router(key).outbox();
+    setNow(item!.dueAt);
+    await runAlarm(key);
+    expect(services.agentCalls().map((c) => c.json.session.id)).toEqual([mark!.session_id, mark!.session_id]);
+    const run = await env.DB.prepare(`SELECT revoked_reason, finished_at FROM runs WHERE id = ?`)
+      .bind(mark!.run_id)
+      .first<any>();
+    expect(run).toEqual({ revoked_reason: null, finished_at: item!.dueAt });
+    expect(services.replies().map((r) => r.text)).toEqual(["answered"]);
   });
 });
 
