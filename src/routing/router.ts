@@ -1364,13 +1364,12 @@ export class SessionRouter extends DurableObject<Env> {
         const found = await this.runWithSession(runId);
         if (!found) return notFound(`no run ${runId}`);
         const { run, session } = found;
+        // A reply recorded before is delivered even if its session ended since.
+        if (run.finishedAt !== null) await this.restageReply(runId, session.sessionKey, now);
         // A superseded run still delivers its reply; a revoked or finished one does not.
         if (run.revokedReason) return notOwned(run.revokedReason as NotOwnedReason);
         if (session.endReason !== null) return notOwned(revocationFor(session.endReason));
-        if (run.finishedAt !== null) {
-          await this.restageReply(runId, session.sessionKey, now);
-          return notOwned("finished");
-        }
+        if (run.finishedAt !== null) return notOwned("finished");
         const recorded = await this.recordRunReply(runId, text, now, false);
         if (!recorded?.finished) return notOwned("finished");
         if (!recorded.added && text.trim() !== "") {

@@ -205,6 +205,35 @@ describe("a kill between recording a run API reply and staging its delivery", ()
   });
 });
 
+describe("a delivery left pending with nothing staged, its session ended since", () => {
+  it("is staged by the agent's retried reply, which gets 409 session_ended", async () => {
+    useConfig(agentConfig({ HOOK_URLS: "" }));
+    services = fakeServices(() => accepted());
+    const chat = unique("chat");
+    const key = genericKey(chat);
+    const sent = await send({ chat_id: chat, text: "slow question" });
+    await runAlarm(key);
+    const run = services.agentCalls()[0]!.json;
+    injectD1Fault({ afterCommit: true, match: has("UPDATE runs SET finished_at") });
+    expect((await agentApi(`/v1/runs/${run.run_id}/reply`, run.run_token, { text: "late" })).status).toBe(503);
+    await runInDurableObject(router(key), (_instance, state) => {
+      const store = new RouterStorage(state.storage.sql);
+      for (const item of store.all()) store.delete(item.id);
+    });
+    const ended = await adminFetch(`/admin/sessions/${sent.body.session_id}/end`, {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify({ reason: "admin" }),
+    });
+    expect(ended.status).toBe(200);
+    const retried = await agentApi(`/v1/runs/${run.run_id}/reply`, run.run_token, { text: "late" });
+    expect(retried).toMatchObject({ status: 409, body: { reason: "session_ended" } });
+    await router(key).drained();
+    await runAlarm(key);
+    expect(services.replies().map((r) => r.text)).toEqual(["late"]);
+  });
+});
+
 describe("a kill between recording the agent's 200 answer and staging its delivery", () => {
   it("the run stays in the outbox: replayed, it stages the delivery, sent once, the agent asked once", async () => {
     useConfig(agentConfig({ HOOK_URLS: "" }));
