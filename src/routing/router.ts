@@ -211,10 +211,13 @@ export class SessionRouter extends DurableObject<Env> {
       message,
     };
     this.stage(work.runId, "run", work, now);
-    // A batch that throws may still have committed (the answer was lost on the way
-    // back): the staged run stays, and its dedupe mark in D1 decides (confirmStaged),
-    // so a message D1 stored is never left without its hand-off.
-    const stored = await this.storeMessage(message, work, policy);
+    let stored: { sessionId: string; duplicate: boolean; work: RunWork };
+    try {
+      stored = await this.storeMessage(message, work, policy);
+    } catch (error) {
+      this.store.delete(work.runId);
+      throw error;
+    }
     if (stored.duplicate) {
       this.store.delete(work.runId);
       metrics.duplicates += 1;

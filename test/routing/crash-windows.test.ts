@@ -156,43 +156,6 @@ describe("a kill between a new session's batch and adopting it", () => {
   });
 });
 
-describe("a webhook batch that committed, then failed on its way back", () => {
-  it("the stored message is still handed over once, and the platform's resend is a duplicate", async () => {
-    useConfig(agentConfig({ HOOK_URLS: "" }));
-    services = fakeServices((request) => replyWith(`re ${request.json.message.text}`));
-    const chat = unique("chat");
-    const key = genericKey(chat);
-    await send({ chat_id: chat, text: "one" });
-    await runAlarm(key);
-    const fault = injectD1Fault({ afterCommit: true, match: has("INSERT INTO messages") });
-    const failed = await send({ chat_id: chat, text: "two" });
-    expect(fault.hits()).toBe(1);
-    expect(failed.status).toBeGreaterThanOrEqual(500);
-    const resent = await send({ chat_id: chat, event_id: failed.eventId, text: "two" });
-    expect(resent.body.duplicate).toBe(true);
-    await router(key).drained();
-    await runAlarm(key);
-    expect(services.agentCalls().map((c) => c.json.message.text)).toEqual(["one", "two"]);
-    expect(services.replies().map((r) => r.text)).toEqual(["re one", "re two"]);
-    expect(await router(key).outbox()).toEqual([]);
-  });
-
-  it("a batch that really failed leaves nothing to hand over", async () => {
-    useConfig(agentConfig({ HOOK_URLS: "" }));
-    services = fakeServices((request) => replyWith(`re ${request.json.message.text}`));
-    const chat = unique("chat");
-    const key = genericKey(chat);
-    await send({ chat_id: chat, text: "one" });
-    await runAlarm(key);
-    injectD1Fault({ index: 1, match: has("INSERT INTO messages") });
-    expect((await send({ chat_id: chat, text: "two" })).status).toBeGreaterThanOrEqual(500);
-    await router(key).drained();
-    await runAlarm(key);
-    expect(services.agentCalls().map((c) => c.json.message.text)).toEqual(["one"]);
-    expect(await router(key).outbox()).toEqual([]);
-  });
-});
-
 describe("a kill between recording a run API reply and staging its delivery", () => {
   it("the delivery is still sent once, although the agent's retried reply gets 409 finished", async () => {
     useConfig(agentConfig({ HOOK_URLS: "" }));
