@@ -36,6 +36,10 @@ export class Database {
   async batch<const S extends readonly Statement<unknown>[]>(...statements: S): Promise<Results<S>> {
     const prepared = statements.map((s) => this.binding.prepare(s.sql).bind(...s.params));
     const faultAt = takeFault(statements);
+    if (faultAt === AFTER_COMMIT) {
+      await this.binding.batch(prepared);
+      throw new Error("D1 fault injected by test: the batch committed, then its caller died");
+    }
     if (faultAt !== null) prepared[faultAt] = this.binding.prepare(FAULT_SQL);
     const results = await this.binding.batch(prepared);
     recordD1Batch(
@@ -60,12 +64,18 @@ export class Database {
  */
 export interface D1Fault {
   /** Which statement of the batch fails (0-based; negative counts from the end). */
-  index: number;
+  index?: number;
   /** Which batch: by the SQL of its statements (default: the next one). */
   match?: (sql: readonly string[]) => boolean;
   /** How many matching batches fail (default 1). */
   times?: number;
+  /**
+   * Instead of failing a statement, let the whole batch commit and then throw, as a
+   * process killed between D1's commit and what its caller does next (`index` unused).
+   */
+  afterCommit?: boolean;
 }
+const AFTER_COMMIT = -1;
 const FAULT_SQL = "SELECT * FROM d1_fault_injected_by_test";
 let fault: (D1Fault & { left: number; hits: number }) | null = null;
 
@@ -80,7 +90,13 @@ function takeFault(statements: readonly Statement<unknown>[]): number | null {
   if (!fault || fault.left <= 0) return null;
   const sql = statements.map((s) => s.sql);
   if (fault.match && !fault.match(sql)) return null;
-  const at = fault.index < 0 ? statements.length + fault.index : fault.index;
+  if (fault.afterCommit) {
+    fault.left -= 1;
+    fault.hits += 1;
+    return AFTER_COMMIT;
+  }
+  const index = fault.index ?? 0;
+  const at = index < 0 ? statements.length + index : index;
   if (at < 0 || at >= statements.length) return null;
   fault.left -= 1;
   fault.hits += 1;

@@ -85,6 +85,15 @@ export function selectRun(db: Database, runId: string): Statement<RunRow[]> {
   return selectRows(runs, db.q.select().from(runs).where(eq(runs.id, runId)));
 }
 
+/** A session's unfinished, unrevoked runs (served by the partial index runs_open). */
+export function selectOpenRuns(sessionId: string): Statement<RunRow[]> {
+  return selectRowsSql(
+    runs,
+    `SELECT * FROM runs WHERE session_id = ? AND finished_at IS NULL AND revoked_reason IS NULL`,
+    sessionId,
+  );
+}
+
 /** The session a run currently belongs to (a rotation moves runs to the continuation). */
 export function selectSessionOfRun(runId: string): Statement<SessionRow[]> {
   return selectRowsSql(sessions, `SELECT * FROM sessions WHERE id = (SELECT session_id FROM runs WHERE id = ?)`, runId);

@@ -175,8 +175,8 @@ export interface NewSession {
 
 /**
  * Inserts a session, only if the row it follows (`replaced`, or the parent of a
- * continuation) still carries the end reason the caller saw, so a race can never
- * leave two live rows for one key; and, when it starts with a message, only if
+ * continuation) is still its key's newest row and still carries the end reason the
+ * caller saw, so a race or a stale entry can never leave two live rows for one key; and, when it starts with a message, only if
  * that message's event is new. With `first`, the message and its dedupe mark
  * follow in the same chain.
  */
@@ -192,6 +192,14 @@ export function insertSession(
     // The first session of a key: only if the key has no row at all (served by sessions_key_started).
     conditions.push(`NOT EXISTS (SELECT 1 FROM sessions WHERE session_key = ?)`);
     guardParams.push(session.sessionKey);
+  } else {
+    // Spec invariant 5: a session only ever follows its key's newest row (or starts a
+    // key with none). A caller working from a stale entry (its process was killed
+    // after D1 stored a newer session, before the entry learnt of it) misses here and
+    // rereads, so a key never gets a second live row. One index probe
+    // (sessions_key_started), however long the key's history.
+    conditions.push(`(SELECT id FROM sessions WHERE session_key = ? ORDER BY started_at DESC LIMIT 1) IS ?`);
+    guardParams.push(session.sessionKey, follows?.sessionId ?? null);
   }
   if (follows) {
     conditions.push(`EXISTS (SELECT 1 FROM sessions WHERE id = ? AND end_reason = ?)`);

@@ -30,9 +30,11 @@ import {
   recordInstantTurn,
   recordReply,
   revokeRuns,
+  selectOpenRuns,
   selectRun,
   markRunAccepted,
   recordRunRetry,
+  replyDeliveryId,
   requeueFailedRun,
   selectSessionOfRun,
 } from "../db/runs";
@@ -58,7 +60,7 @@ import type { ReplyTarget, RoutedMessage } from "../domain/inbound";
 import { isCurrentRun, ownership, revocationFor, type NotOwnedReason } from "../domain/ownership";
 import { cronSessionKey } from "../domain/session-key";
 import { makeRunToken } from "../domain/run-token";
-import { isOpenRun, leaseUntil, RUN_LEASE_MS as TURN_LEASE_MS } from "../domain/turn-hold";
+import { holdOf, leaseUntil, RUN_LEASE_MS as TURN_LEASE_MS } from "../domain/turn-hold";
 import { decide, type Replaced } from "../domain/routing-decision";
 import { deadline, expiryReason, liveSince, resolvePolicy, type ResetPolicy } from "../domain/reset-policy";
 import { handToAgent } from "../agent/dispatch";
@@ -276,15 +278,22 @@ export class SessionRouter extends DurableObject<Env> {
       if (results[0] === 1) return { ...this.started(session, message, null, work, policy, now), decision: "fresh" };
       alreadyRead = [results.at(-2) as SessionRow[], results.at(-1) as DedupeMark[]];
     }
+    // Once a fresh session's insert missed, the entry is stale: the key's newest row decides.
+    let readNewest = false;
     for (let attempt = 0; attempt < MAX_ROUTING_ATTEMPTS; attempt++) {
       const [rows, seen] =
         alreadyRead ??
         (await ingress.batch(
-          this.entry ? selectSession(ingress, this.entry.sessionId) : selectNewestForKey(ingress, message.sessionKey),
+          this.entry && !readNewest
+            ? selectSession(ingress, this.entry.sessionId)
+            : selectNewestForKey(ingress, message.sessionKey),
           selectDedupe(message.platform, message.eventId, now),
         ));
       alreadyRead = null;
-      if (seen[0]) return { sessionId: seen[0].session_id ?? "", duplicate: true, work, decision: "duplicate" };
+      if (seen[0]) {
+        await this.repairEntry(seen[0].session_id, message);
+        return { sessionId: seen[0].session_id ?? "", duplicate: true, work, decision: "duplicate" };
+      }
       const row = rows[0] ?? null;
       const decision = decide(row, policy, now);
       // A live row past its deadline whose turn is still in progress is not ended by
@@ -327,12 +336,30 @@ export class SessionRouter extends DurableObject<Env> {
       const results = await ingress.batch(...statements);
       if (decision.expire && results[0] === 1) countEnded(decision.expire.reason);
       if (row) this.stageEvents(row.id, now);
-      if (results[insertAt] !== 1) continue;
+      if (results[insertAt] !== 1) {
+        readNewest = true;
+        continue;
+      }
       // "promoted": the old session was past its deadline and this message ended it.
       const kind = decision.expire ? "promoted" : "fresh";
       return { ...this.started(session, message, decision.replaced, work, policy, now), decision: kind };
     }
     throw new Error(`routing did not settle after ${MAX_ROUTING_ATTEMPTS} attempts`);
+  }
+
+  /**
+   * A platform's resend whose dedupe mark names another session than the entry's:
+   * the object was killed after D1 stored a new session and before the entry
+   * adopted it. The key's newest row (invariant 5) becomes the entry again.
+   */
+  private async repairEntry(markedSessionId: string | null, message: RoutedMessage): Promise<void> {
+    if (!this.entry || !markedSessionId || markedSessionId === this.entry.sessionId) return;
+    const db = this.db.on("ingress");
+    const [[newest]] = await db.batch(selectNewestForKey(db, message.sessionKey));
+    if (!newest || newest.id === this.entry.sessionId) return;
+    this.adopt(entryFromRow(newest, message));
+    // Its deadline is learnt by the alarm, which reads the row again.
+    this.liveDeadline = undefined;
   }
 
   /** A session was just inserted with this message as its first: it becomes the entry's. */
@@ -714,11 +741,12 @@ export class SessionRouter extends DurableObject<Env> {
   /**
    * Who owns a live session's turn (spec "orphan_reap", and invariant 6: the turn in
    * progress holds the session): the gateway while a hand-off is in its outbox (being
-   * retried, or its reply being recorded); otherwise the current run while it is open
-   * (not finished, revoked or failed for good) and has been heard from (accepted, or a
-   * heartbeat) within RUN_LEASE_MS. A run silent for longer has vanished (`lapsed`).
-   * A cron session with no run left has vanished too. `exceptRunId`: a run staged by
-   * the request asking, which holds nothing yet.
+   * retried, or its reply being recorded); otherwise any run of the session while it
+   * is open (not finished, revoked or failed for good) and has been heard from
+   * (accepted, or a heartbeat) within RUN_LEASE_MS: a superseded run still answers.
+   * A current run silent for longer has vanished (`lapsed`, see `holdOf`). A cron
+   * session with no run left has vanished too. `exceptRunId`: a run staged by the
+   * request asking, which holds nothing yet.
    */
   private async leaseOf(
     row: SessionRow,
@@ -726,12 +754,11 @@ export class SessionRouter extends DurableObject<Env> {
     exceptRunId: string | null = null,
   ): Promise<{ held: boolean; lapsed: boolean; until: number | null }> {
     if (this.outboxRunDue(row.id, exceptRunId) !== null) return { held: true, lapsed: false, until: null };
-    if (!row.currentRunId) return { held: false, lapsed: isCronSession(row), until: null };
-    const [runs] = await this.db.batch(selectRun(this.db, row.currentRunId));
-    const run = runs[0];
-    if (!run || !isOpenRun(run)) return { held: false, lapsed: isCronSession(row), until: null };
-    const until = leaseUntil(run);
-    return until <= now ? { held: false, lapsed: true, until: null } : { held: true, lapsed: false, until };
+    const [runs] = await this.db.batch(selectOpenRuns(row.id));
+    const hold = holdOf(runs, row.currentRunId, now);
+    // A cron session with no open run left has vanished too.
+    if (!hold.held && !hold.lapsed && isCronSession(row)) return { ...hold, lapsed: true };
+    return hold;
   }
 
   /** The earliest due time of a hand-off of this session still in the outbox, if any. */
@@ -878,8 +905,15 @@ export class SessionRouter extends DurableObject<Env> {
       const [seen] = await this.db.batch(selectDedupe(message.platform, message.eventId, now));
       const mark = seen[0];
       if (!mark || mark.run_id !== work.runId || !mark.session_id) return null;
+      const confirmed = { ...current, sessionId: mark.session_id };
+      // Kept as confirmed: once cached, later attempts (a retried hand-off) read the
+      // stored payload, and a session predicted from a stale entry would revoke the run.
+      if (current.sessionId !== mark.session_id) {
+        const item = this.store.get<RunWork>(work.runId);
+        if (item) this.store.put({ ...item, payload: confirmed });
+      }
       this.confirmedRuns.add(work.runId);
-      return { ...current, sessionId: mark.session_id };
+      return confirmed;
     });
   }
 
@@ -1012,7 +1046,30 @@ export class SessionRouter extends DurableObject<Env> {
       fromOutbox ||
       (expiryReason(policy, session.lastActiveAt, now) !== null && (await this.leaseOf(session, now)).held);
     const body = text?.trim() ? text : null;
-    const deliverable = this.deliverable(JSON.parse(run.replyTo) as ReplyTarget);
+    const target = JSON.parse(run.replyTo) as ReplyTarget;
+    const deliverable = this.deliverable(target);
+    // Through the run API nothing else keeps the reply owed (a hand-off from the outbox
+    // keeps its run item until the delivery is staged): stage the delivery before the
+    // batch, so a kill after D1 recorded it can never leave it pending with nothing to
+    // send it. It is sent only once D1 shows its row (confirmAnswer).
+    const deliveryId = replyDeliveryId(runId);
+    const staged = !fromOutbox && deliverable && body !== null && !this.store.get(deliveryId);
+    if (staged) {
+      const early: DeliveryWork = {
+        deliveryId,
+        sessionId: session.id,
+        sessionKey: session.sessionKey,
+        platform: target.platform,
+        kind: "reply",
+        text: body,
+        notice: null,
+        eventId: run.eventId,
+        target,
+        beforeBatch: true,
+      };
+      this.stage(deliveryId, "delivery", early, now);
+    }
+    // A batch that throws may still have committed: the staged delivery stays, and D1 decides.
     const results = await this.db.batch(
       ...recordReply({
         runId,
@@ -1025,6 +1082,14 @@ export class SessionRouter extends DurableObject<Env> {
         clearNotice: true,
       }),
     );
+    if (staged) {
+      const row = (results.at(-1) as DeliveryRow[])[0];
+      const item = this.store.get<DeliveryWork>(deliveryId);
+      if (row?.status === "pending" && item) {
+        this.store.put({ ...item, payload: deliveryWork(row, session.sessionKey) });
+        this.confirmedAnswers.add(deliveryId);
+      } else this.store.delete(deliveryId);
+    }
     return this.afterReply(session, policy, results, body, deliverable, now);
   }
 
@@ -1073,27 +1138,37 @@ export class SessionRouter extends DurableObject<Env> {
   }
 
   /**
-   * A command's answer is staged before the command's D1 batch, like a run: it is
-   * sent only once that batch has stored it. Waiting for the lock lets a batch in
-   * flight finish (a failed one removes the item); after a restart, D1 says.
+   * A command's answer, and a run API reply, are staged before the D1 batch that
+   * writes their row, like a run: sent only once that batch has stored it. Waiting
+   * for the lock lets a batch in flight finish (a failed one removes the item, or
+   * leaves it for D1 to decide); after a restart, D1 says, and its row is what is
+   * sent. Returns the work to send, or null (the item is gone).
    */
-  private async confirmAnswer(item: OutboxItem<DeliveryWork>): Promise<boolean> {
+  private async confirmAnswer(item: OutboxItem<DeliveryWork>): Promise<DeliveryWork | null> {
     return this.mutex.run(async () => {
-      if (!this.store.get(item.id)) return false;
-      if (this.confirmedAnswers.has(item.id)) return true;
+      const current = this.store.get<DeliveryWork>(item.id);
+      if (!current) return null;
+      if (this.confirmedAnswers.has(item.id)) return current.payload;
       const [rows] = await this.db.batch(selectDelivery(item.payload.deliveryId));
-      if (rows.length === 0) {
+      const row = rows[0];
+      if (!row || row.status !== "pending") {
         this.store.delete(item.id);
-        return false;
+        return null;
       }
+      const work = deliveryWork(row, current.payload.sessionKey);
+      this.store.put({ ...current, payload: work });
       this.confirmedAnswers.add(item.id);
-      return true;
+      return work;
     });
   }
 
   private async processDelivery(item: OutboxItem<DeliveryWork>, now: number): Promise<void> {
-    const work = item.payload;
-    if (work.kind === "command" && !(await this.confirmAnswer(item))) return;
+    let work = item.payload;
+    if (work.kind === "command" || work.beforeBatch) {
+      const confirmed = await this.confirmAnswer(item);
+      if (!confirmed) return;
+      work = confirmed;
+    }
     const sender = senderFor(work.platform);
     const outcome = sender
       ? await sender.send(
@@ -1359,6 +1434,8 @@ export class SessionRouter extends DurableObject<Env> {
         const found = await this.runWithSession(runId);
         if (!found) return notFound(`no run ${runId}`);
         const { run, session } = found;
+        // A reply recorded before is delivered even if its session ended since.
+        if (run.finishedAt !== null) await this.restageReply(runId, session.sessionKey, now);
         // A superseded run still delivers its reply; a revoked or finished one does not.
         if (run.revokedReason) return notOwned(run.revokedReason as NotOwnedReason);
         if (session.endReason !== null) return notOwned(revocationFor(session.endReason));
@@ -1376,6 +1453,18 @@ export class SessionRouter extends DurableObject<Env> {
         await this.rearm(now);
       }
     });
+  }
+
+  /**
+   * The agent retried the reply of a run already finished: should its delivery be
+   * pending with nothing in the outbox to send it (a kill between recording and
+   * staging), it is staged again, so a reply recorded is never left unsent.
+   */
+  private async restageReply(runId: string, sessionKey: string, now: number): Promise<void> {
+    const deliveryId = replyDeliveryId(runId);
+    if (this.store.get(deliveryId)) return;
+    const [[row]] = await this.db.batch(selectDelivery(deliveryId));
+    if (row?.status === "pending") this.stage(deliveryId, "delivery", deliveryWork(row, sessionKey), now);
   }
 
   /**

@@ -37,6 +37,11 @@ export interface DeliveryWork {
   notice: string | null;
   eventId: string | null;
   target: RoutedMessage["replyTo"];
+  /**
+   * Staged before the D1 batch that writes its row (a run API reply): sent only
+   * once D1 shows the row pending, and then as D1 holds it (its notice).
+   */
+  beforeBatch?: true;
 }
 
 /** Lifecycle events of one session still to deliver. */

@@ -112,9 +112,10 @@ describe("reopenRecoverable", () => {
 });
 
 describe("insertSession", () => {
+  // A fresh session follows a row of its own key (`row` keys each row by its id).
   const fresh = (replaced: { sessionId: string; reason: string } | null) => ({
     id: unique("ses"),
-    sessionKey: unique("key"),
+    sessionKey: replaced ? `generic:dm:${replaced.sessionId}` : unique("key"),
     platform: "generic",
     chatType: "dm",
     startedAt: T + 100,
@@ -135,5 +136,24 @@ describe("insertSession", () => {
     expect((await db.batch(...insertSession(fresh({ sessionId: live, reason: "idle" }), null)))[0]).toBe(0);
     const other = await row("admin");
     expect((await db.batch(...insertSession(fresh({ sessionId: other, reason: "idle" }), null)))[0]).toBe(0);
+  });
+
+  it("refuses to follow a row that is no longer its key's newest (a stale entry), so a key never has two live rows", async () => {
+    const old = await row("admin");
+    const newer = fresh({ sessionId: old, reason: "admin" });
+    expect((await db.batch(...insertSession(newer, null)))[0]).toBe(1);
+    // A caller still working from the old row, as a kill before the entry adopted `newer` leaves it.
+    const again = { ...fresh({ sessionId: old, reason: "admin" }), startedAt: T + 200 };
+    expect((await db.batch(...insertSession(again, null)))[0]).toBe(0);
+    const { results } = await env.DB.prepare(`SELECT id FROM sessions WHERE session_key = ? AND end_reason IS NULL`)
+      .bind(`generic:dm:${old}`)
+      .all<{ id: string }>();
+    expect(results.map((r) => r.id)).toEqual([newer.id]);
+  });
+
+  it("starts a key with no row without following anything, and refuses once the key has one", async () => {
+    const first = fresh(null);
+    expect((await db.batch(...insertSession(first, null)))[0]).toBe(1);
+    expect((await db.batch(...insertSession({ ...first, id: unique("ses") }, null)))[0]).toBe(0);
   });
 });

@@ -191,23 +191,23 @@ export class Model {
 
   /**
    * Spec invariant 6: is a live session held open by its turn in progress? A
-   * hand-off still staged or being retried holds it; so does a current run accepted
-   * with 202 whose lease holds. "unknown" when a run in limbo could go either way.
+   * hand-off still staged or being retried holds it; so does any run of it accepted
+   * with 202 whose lease holds (a superseded run still answers), not only the
+   * current one. "unknown" when a run in limbo could go either way.
    */
   held(session: MSession, exceptEventId: string | null = null): boolean | "unknown" {
     if (session.endReason !== null) return false;
     const runs = this.runsOf(session).filter((run) => run.eventId !== exceptEventId);
     if (runs.some((run) => run.state === "staged" || run.state === "retrying")) return true;
-    const current = session.currentRun;
-    if (current && current.state === "accepted" && current.heardAt! + LEASE_MS > this.now) return true;
+    if (runs.some((run) => run.state === "accepted" && run.heardAt! + LEASE_MS > this.now)) return true;
     if (runs.some((run) => run.state === "limbo")) return "unknown";
     return false;
   }
 
-  /** The current run accepted with 202 whose owner has been silent past the lease. */
+  /** The current run accepted with 202 whose owner has been silent past the lease, and nothing else holds. */
   leaseLapsed(session: MSession): boolean {
     if (session.endReason !== null) return false;
-    if (this.runsOf(session).some((run) => run.state === "staged" || run.state === "retrying")) return false;
+    if (this.held(session) === true) return false;
     const current = session.currentRun;
     return !!current && current.state === "accepted" && current.heardAt! + LEASE_MS <= this.now;
   }

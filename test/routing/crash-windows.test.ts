@@ -1,0 +1,260 @@
+/**
+ * The windows the crash check (`npm run chaos`) found between a D1 commit and what
+ * the routing object does next. A kill there is simulated with the D1 fault seam's
+ * `afterCommit`: the batch commits in real D1, then the call throws, so nothing the
+ * object would have done after it happens.
+ * - A new session stored, its entry never adopted: the key never gets a second live
+ *   row, and the platform's resend repairs the entry.
+ * - A reply recorded through the run API, its delivery never staged: it is still sent.
+ * - The same for the agent's 200 answer, whose run stays in the outbox until then.
+ */
+import { runInDurableObject } from "cloudflare:test";
+import { env } from "cloudflare:workers";
+import { afterEach, beforeEach, describe, expect, it } from "vitest";
+import { injectD1Fault } from "../../src/db/client";
+import {
+  T0,
+  adminFetch,
+  genericKey,
+  messagesOf,
+  restoreClock,
+  router,
+  runAlarm,
+  send,
+  sessionsOfKey,
+  setNow,
+  unique,
+  useConfig,
+} from "../helpers";
+import { RouterStorage } from "../../src/routing/storage";
+import { accepted, agentApi, agentConfig, fakeServices, replyWith } from "../agent/support";
+
+const has = (fragment: string) => (sql: readonly string[]) => sql.some((s) => s.includes(fragment));
+let services: ReturnType<typeof fakeServices> | null = null;
+
+beforeEach(() => setNow(T0));
+afterEach(() => {
+  injectD1Fault(null);
+  services?.restore();
+  services = null;
+  restoreClock();
+  useConfig(null);
+});
+
+/**
+ * A key whose entry points at an ended session, then a message whose fresh session
+ * D1 stores before the object dies. Returns the key and the two sessions' ids.
+ */
+async function killedAfterNewSession(
+  config: Record<string, string> = { HOOK_URLS: "" }, // the echo agent answers
+): Promise<{ key: string; chat: string; old: string; eventId: string }> {
+  useConfig(config);
+  const chat = unique("chat");
+  const key = genericKey(chat);
+  const first = await send({ chat_id: chat, text: "one" });
+  const ended = await adminFetch(`/admin/sessions/${first.body.session_id}/end`, {
+    method: "POST",
+    headers: { "content-type": "application/json" },
+    body: JSON.stringify({ reason: "admin" }),
+  });
+  expect(ended.status).toBe(200);
+  const fault = injectD1Fault({ afterCommit: true, match: has("INSERT INTO sessions") });
+  const killed = await send({ chat_id: chat, text: "two" });
+  expect(fault.hits()).toBe(1);
+  expect(killed.status).toBeGreaterThanOrEqual(500);
+  // D1 has the new session; the entry still names the ended one.
+  const rows = await sessionsOfKey(key);
+  expect(rows.map((r) => r.end_reason)).toEqual(["admin", null]);
+  const view = (await (await adminFetch(`/admin/routes/${encodeURIComponent(key)}`)).json()) as any;
+  expect(view.entry.session_id).toBe(first.body.session_id);
+  return { key, chat, old: first.body.session_id, eventId: killed.eventId };
+}
+
+describe("a kill between a new session's batch and adopting it", () => {
+  it("the next message joins the session D1 stored: the key never has two live rows", async () => {
+    const { key, chat } = await killedAfterNewSession();
+    const next = await send({ chat_id: chat, text: "three" });
+    expect(next.status).toBe(200);
+    const rows = await sessionsOfKey(key);
+    expect(rows.filter((r) => r.end_reason === null)).toHaveLength(1);
+    expect(rows).toHaveLength(2);
+    expect(next.body.session_id).toBe(rows[1]!.id);
+    expect((await messagesOf(rows[1]!.id)).filter((m) => m.role === "user").map((m) => m.text)).toEqual([
+      "two",
+      "three",
+    ]);
+    const view = (await (await adminFetch(`/admin/routes/${encodeURIComponent(key)}`)).json()) as any;
+    expect(view.entry.session_id).toBe(rows[1]!.id);
+    // Its deadline is armed like any live session's.
+    expect(view.alarm_at).not.toBeNull();
+  });
+
+  it("the platform's resend is a duplicate of the new session and repairs the entry", async () => {
+    const { key, chat, eventId } = await killedAfterNewSession();
+    const resent = await send({ chat_id: chat, event_id: eventId, text: "two" });
+    const rows = await sessionsOfKey(key);
+    expect(resent).toMatchObject({ status: 200, body: { duplicate: true, session_id: rows[1]!.id } });
+    const view = (await (await adminFetch(`/admin/routes/${encodeURIComponent(key)}`)).json()) as any;
+    expect(view.entry.session_id).toBe(rows[1]!.id);
+    // The entry's deadline is learnt again by the alarm.
+    await runAlarm(key);
+    expect(await router(key).inspect()).toMatchObject({ alarm_at: expect.any(Number) });
+  });
+
+  it("the killed message's staged run, predicted for the old session, is handed over in the new one, retries too", async () => {
+    let attempts = 0;
+    services = fakeServices(() => (++attempts === 1 ? new Response("busy", { status: 503 }) : replyWith("answered")));
+    const { key, chat, old, eventId } = await killedAfterNewSession(agentConfig({ HOOK_URLS: "" }));
+    const mark = await env.DB.prepare(`SELECT session_id, run_id FROM inbound_events WHERE event_id = ?`)
+      .bind(eventId)
+      .first<{ session_id: string; run_id: string }>();
+    // The outbox as the kill left it: the hand-off staged with the entry's (old) session.
+    await runInDurableObject(router(key), async (_instance, state) => {
+      new RouterStorage(state.storage.sql).put({
+        id: mark!.run_id,
+        kind: "run",
+        payload: {
+          stage: "dispatch",
+          runId: mark!.run_id,
+          token: `${mark!.run_id}.token`,
+          sessionId: old,
+          isNew: false,
+          parentId: null,
+          reset: null,
+          message: {
+            platform: "generic",
+            eventId,
+            chatId: chat,
+            chatType: "dm",
+            userId: "u1",
+            threadId: null,
+            text: "two",
+            sentAt: null,
+            replyTo: { platform: "generic" },
+            sessionKey: key,
+            receivedAt: T0,
+          },
+        },
+        dueAt: T0,
+        attempts: 0,
+        lastError: null,
+        createdAt: T0,
+      });
+      await state.storage.setAlarm(T0);
+    });
+    await runAlarm(key);
+    expect(services.agentCalls().map((c) => c.json.session.id)).toEqual([mark!.session_id]);
+    const [item] = await router(key).outbox();
+    setNow(item!.dueAt);
+    await runAlarm(key);
+    expect(services.agentCalls().map((c) => c.json.session.id)).toEqual([mark!.session_id, mark!.session_id]);
+    const run = await env.DB.prepare(`SELECT revoked_reason, finished_at FROM runs WHERE id = ?`)
+      .bind(mark!.run_id)
+      .first<any>();
+    expect(run).toEqual({ revoked_reason: null, finished_at: item!.dueAt });
+    expect(services.replies().map((r) => r.text)).toEqual(["answered"]);
+  });
+});
+
+describe("a kill between recording a run API reply and staging its delivery", () => {
+  it("the delivery is still sent once, although the agent's retried reply gets 409 finished", async () => {
+    useConfig(agentConfig({ HOOK_URLS: "" }));
+    services = fakeServices(() => accepted());
+    const chat = unique("chat");
+    const key = genericKey(chat);
+    const sent = await send({ chat_id: chat, text: "slow question" });
+    await runAlarm(key);
+    const run = services.agentCalls()[0]!.json;
+    const fault = injectD1Fault({ afterCommit: true, match: has("UPDATE runs SET finished_at") });
+    const killed = await agentApi(`/v1/runs/${run.run_id}/reply`, run.run_token, { text: "late answer" });
+    expect(fault.hits()).toBe(1);
+    expect(killed.status).toBeGreaterThanOrEqual(500);
+    const retried = await agentApi(`/v1/runs/${run.run_id}/reply`, run.run_token, { text: "late answer" });
+    expect(retried).toMatchObject({ status: 409, body: { reason: "finished" } });
+    await router(key).drained();
+    await runAlarm(key);
+    expect(services.replies().map((r) => r.text)).toEqual(["late answer"]);
+    const delivery = await env.DB.prepare(`SELECT status, attempts FROM deliveries WHERE session_id = ?`)
+      .bind(sent.body.session_id)
+      .first<any>();
+    expect(delivery).toEqual({ status: "sent", attempts: 1 });
+    expect(await router(key).outbox()).toEqual([]);
+  });
+
+  it("a delivery left pending with nothing staged (an older build's kill) is staged by the agent's retried reply", async () => {
+    useConfig(agentConfig({ HOOK_URLS: "" }));
+    services = fakeServices(() => accepted());
+    const chat = unique("chat");
+    const key = genericKey(chat);
+    await send({ chat_id: chat, text: "slow question" });
+    await runAlarm(key);
+    const run = services.agentCalls()[0]!.json;
+    injectD1Fault({ afterCommit: true, match: has("UPDATE runs SET finished_at") });
+    expect((await agentApi(`/v1/runs/${run.run_id}/reply`, run.run_token, { text: "late" })).status).toBe(503);
+    // What a kill before this fix left: the row pending, the outbox without it.
+    await runInDurableObject(router(key), (_instance, state) => {
+      const store = new RouterStorage(state.storage.sql);
+      for (const item of store.all()) store.delete(item.id);
+    });
+    expect(await router(key).outbox()).toEqual([]);
+    const retried = await agentApi(`/v1/runs/${run.run_id}/reply`, run.run_token, { text: "late" });
+    expect(retried).toMatchObject({ status: 409, body: { reason: "finished" } });
+    await router(key).drained();
+    await runAlarm(key);
+    expect(services.replies().map((r) => r.text)).toEqual(["late"]);
+  });
+});
+
+describe("a delivery left pending with nothing staged, its session ended since", () => {
+  it("is staged by the agent's retried reply, which gets 409 session_ended", async () => {
+    useConfig(agentConfig({ HOOK_URLS: "" }));
+    services = fakeServices(() => accepted());
+    const chat = unique("chat");
+    const key = genericKey(chat);
+    const sent = await send({ chat_id: chat, text: "slow question" });
+    await runAlarm(key);
+    const run = services.agentCalls()[0]!.json;
+    injectD1Fault({ afterCommit: true, match: has("UPDATE runs SET finished_at") });
+    expect((await agentApi(`/v1/runs/${run.run_id}/reply`, run.run_token, { text: "late" })).status).toBe(503);
+    await runInDurableObject(router(key), (_instance, state) => {
+      const store = new RouterStorage(state.storage.sql);
+      for (const item of store.all()) store.delete(item.id);
+    });
+    const ended = await adminFetch(`/admin/sessions/${sent.body.session_id}/end`, {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify({ reason: "admin" }),
+    });
+    expect(ended.status).toBe(200);
+    const retried = await agentApi(`/v1/runs/${run.run_id}/reply`, run.run_token, { text: "late" });
+    expect(retried).toMatchObject({ status: 409, body: { reason: "session_ended" } });
+    await router(key).drained();
+    await runAlarm(key);
+    expect(services.replies().map((r) => r.text)).toEqual(["late"]);
+  });
+});
+
+describe("a kill between recording the agent's 200 answer and staging its delivery", () => {
+  it("the run stays in the outbox: replayed, it stages the delivery, sent once, the agent asked once", async () => {
+    useConfig(agentConfig({ HOOK_URLS: "" }));
+    services = fakeServices(() => replyWith("quick answer"));
+    const chat = unique("chat");
+    const key = genericKey(chat);
+    const sent = await send({ chat_id: chat, text: "quick question" });
+    await router(key).drained();
+    const fault = injectD1Fault({ afterCommit: true, match: has("UPDATE runs SET finished_at") });
+    await runAlarm(key);
+    expect(fault.hits()).toBe(1);
+    expect(services.replies()).toEqual([]);
+    expect((await router(key).outbox()).map((item) => item.kind)).toEqual(["run"]);
+    const [item] = await router(key).outbox();
+    setNow(item!.dueAt);
+    await runAlarm(key);
+    expect(services.agentCalls()).toHaveLength(1);
+    expect(services.replies().map((r) => r.text)).toEqual(["quick answer"]);
+    const delivery = await env.DB.prepare(`SELECT status, attempts FROM deliveries WHERE session_id = ?`)
+      .bind(sent.body.session_id)
+      .first<any>();
+    expect(delivery).toEqual({ status: "sent", attempts: 1 });
+  });
+});
