@@ -7,7 +7,6 @@ import fc from "fast-check";
 import { vi } from "vitest";
 import { setNow } from "../helpers";
 import { fail, verify } from "./check";
-import { KNOWN_GAPS } from "./known-gaps";
 import {
   DEDUPE_MS,
   END_REASONS,
@@ -359,8 +358,7 @@ function applyHandOffs(m: Model, r: Real, from: number): void {
     const session = m.sessions.get(run.sessionId)!;
     const open = run.state === "staged" || run.state === "retrying" || run.state === "limbo";
     if (!open) fail("invariant 9 (one turn)", `run of ${run.eventId} handed over again while ${run.state}`);
-    const leftBehind = session.endReason === "compression" && KNOWN_GAPS.stagedHandOffLeftBehindByRotation;
-    if (session.endReason !== null && !leftBehind)
+    if (session.endReason !== null)
       fail("revocation", `run of ${run.eventId} handed over although ${session.id} ended ${session.endReason}`);
     if (run.runId === null) {
       run.runId = call.runId;
@@ -378,8 +376,7 @@ function applyHandOffs(m: Model, r: Real, from: number): void {
     } else if (call.runId !== run.runId || call.token !== run.token) {
       fail("agent hand-off", `a retry of ${run.eventId} changed its run id or token`);
     }
-    if (call.mode === "reply" && leftBehind) run.state = "finished";
-    else if (call.mode === "reply") m.recordReply(run, `re:${run.eventId}`);
+    if (call.mode === "reply") m.recordReply(run, `re:${run.eventId}`);
     else if (call.mode === "null") run.state = "finished";
     else if (call.mode === "accept") {
       run.state = "accepted";
@@ -628,9 +625,7 @@ class Rotate extends RunCommand {
           staged: target.staged,
         });
         target.noticeOwed = null;
-        if (target.currentRun && KNOWN_GAPS.leaseUnwatchedAfterRotation) target.currentRun.leaseUnwatched = true;
         for (const moved of m.runsOf(target)) {
-          if (moved.runId === null && KNOWN_GAPS.stagedHandOffLeftBehindByRotation) continue;
           if (moved === target.currentRun || !["finished", "failed", "revoked"].includes(moved.state))
             moved.sessionId = continuation.id;
         }
