@@ -55,3 +55,21 @@ export function holdOf(
   if (leases.length > 0) return { held: true, lapsed: false, until: Math.min(...leases) };
   return { held: false, lapsed: open.some((run) => run.id === currentRunId), until: null };
 }
+
+/**
+ * When to look at a session next, given its policy deadline (null: none) and its
+ * open runs: the earlier of the deadline and the first lease to run out, so an
+ * owner that vanishes is reaped when its lease lapses (mode `none` included); at
+ * once when the current run's lease has already lapsed.
+ */
+export function nextLook(
+  policyDeadline: number | null,
+  runs: readonly (RunLeaseFields & { id: string })[],
+  currentRunId: string | null,
+  now: number,
+): number | null {
+  const hold = holdOf(runs, currentRunId, now);
+  if (hold.lapsed) return now;
+  if (hold.until === null) return policyDeadline;
+  return policyDeadline === null ? hold.until : Math.min(policyDeadline, hold.until);
+}

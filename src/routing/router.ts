@@ -60,7 +60,7 @@ import type { ReplyTarget, RoutedMessage } from "../domain/inbound";
 import { isCurrentRun, ownership, revocationFor, type NotOwnedReason } from "../domain/ownership";
 import { cronSessionKey } from "../domain/session-key";
 import { makeRunToken } from "../domain/run-token";
-import { holdOf, leaseUntil, RUN_LEASE_MS as TURN_LEASE_MS } from "../domain/turn-hold";
+import { holdOf, leaseUntil, nextLook, RUN_LEASE_MS as TURN_LEASE_MS } from "../domain/turn-hold";
 import { decide, type Replaced } from "../domain/routing-decision";
 import { deadline, expiryReason, liveSince, resolvePolicy, type ResetPolicy } from "../domain/reset-policy";
 import { handToAgent } from "../agent/dispatch";
@@ -905,7 +905,9 @@ export class SessionRouter extends DurableObject<Env> {
       const [seen] = await this.db.batch(selectDedupe(message.platform, message.eventId, now));
       const mark = seen[0];
       if (!mark || mark.run_id !== work.runId || !mark.session_id) return null;
-      const confirmed = { ...current, sessionId: mark.session_id };
+      // A rotation moved the hand-off on from the session its message was stored in.
+      const moved = current.movedFrom?.includes(mark.session_id) ?? false;
+      const confirmed = moved ? current : { ...current, sessionId: mark.session_id };
       // Kept as confirmed: once cached, later attempts (a retried hand-off) read the
       // stored payload, and a session predicted from a stale entry would revoke the run.
       if (current.sessionId !== mark.session_id) {
@@ -1586,7 +1588,11 @@ export class SessionRouter extends DurableObject<Env> {
     return this.mutex.run(async () => {
       const now = clockNow();
       try {
-        const [runs, sessions] = await this.db.batch(selectRun(this.db, runId), selectSession(this.db, sessionId));
+        const [runs, sessions, openRuns] = await this.db.batch(
+          selectRun(this.db, runId),
+          selectSession(this.db, sessionId),
+          selectOpenRuns(sessionId),
+        );
         const run = runs[0];
         const session = sessions[0];
         if (!run || !session) return notFound(`no session ${sessionId}`);
@@ -1605,7 +1611,7 @@ export class SessionRouter extends DurableObject<Env> {
           replaced: null,
           // A reset notice still owed is owed by the conversation, which goes on here.
           noticePending: session.noticePending,
-          sweepAt: deadline(policy, session.lastActiveAt),
+          sweepAt: nextLook(deadline(policy, session.lastActiveAt), openRuns, session.currentRunId, now),
           lastActiveAt: session.lastActiveAt,
           currentRunId: session.currentRunId,
         };
@@ -1630,6 +1636,7 @@ export class SessionRouter extends DurableObject<Env> {
           noticeOwed: session.noticePending !== null,
         });
         this.liveDeadline = continuation.sweepAt;
+        this.moveStagedRuns(session.id, continuation.id);
         this.stageEvents(session.id, now);
         this.stageEvents(continuation.id, now);
         return { status: 200, body: { session_id: continuation.id } };
@@ -1639,6 +1646,23 @@ export class SessionRouter extends DurableObject<Env> {
         await this.rearm(now);
       }
     });
+  }
+
+  /**
+   * A rotation moves the turn, still current, to the continuation: D1 moves the runs
+   * rows (moveRuns), and this moves the hand-offs still in the outbox, which have no
+   * row yet. Otherwise they would be handed over naming the ended parent, hold no
+   * session open, and their replies would be recorded nowhere.
+   */
+  private moveStagedRuns(fromSessionId: string, toSessionId: string): void {
+    for (const item of this.store.all()) {
+      if (item.kind !== "run") continue;
+      const work = item.payload as RunWork;
+      if (work.sessionId !== fromSessionId) continue;
+      const movedFrom = [...(work.movedFrom ?? []), fromSessionId];
+      const payload: RunWork = { ...work, sessionId: toSessionId, parentId: fromSessionId, movedFrom };
+      this.store.put({ ...item, payload });
+    }
   }
 
   /**

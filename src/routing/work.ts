@@ -24,6 +24,8 @@ export interface RunWork {
   reset: Entry["reset"];
   message: RoutedMessage;
   reply?: string | null;
+  /** Sessions a rotation moved this hand-off on from (its message is stored in the first). */
+  movedFrom?: string[];
 }
 
 /** One outbound platform call, mirrored by its `deliveries` row. */

@@ -1,6 +1,6 @@
 /** Which runs hold a session past its deadline (spec invariant 6), and when its owner vanished. */
 import { describe, expect, it } from "vitest";
-import { holdOf, RUN_LEASE_MS } from "../../src/domain/turn-hold";
+import { holdOf, nextLook, RUN_LEASE_MS } from "../../src/domain/turn-hold";
 
 const NOW = 1_000_000_000;
 const run = (
@@ -73,5 +73,20 @@ describe("holdOf", () => {
     ],
   ])("%s", (_name, runs, current, expected) => {
     expect(holdOf(runs, current, NOW)).toEqual(expected);
+  });
+});
+
+describe("nextLook", () => {
+  const lease = fresh + RUN_LEASE_MS;
+  it.each([
+    ["no open run: the policy deadline", NOW + 5, [], NOW + 5],
+    ["no open run, mode none: never", null, [], null],
+    ["a lease ending first", lease + 1, [run("cur", fresh)], lease],
+    ["a deadline coming first", lease - 1, [run("cur", fresh)], lease - 1],
+    ["mode none: the lease alone", null, [run("cur", fresh)], lease],
+    ["the current run's lease already lapsed: now", NOW + 5, [run("cur", silent)], NOW],
+    ["a finished run holds nothing", NOW + 5, [run("cur", fresh, { finishedAt: NOW })], NOW + 5],
+  ] as const)("%s", (_what, policyDeadline, runs, expected) => {
+    expect(nextLook(policyDeadline, runs, "cur", NOW)).toBe(expected);
   });
 });

@@ -359,7 +359,11 @@ function applyHandOffs(m: Model, r: Real, from: number): void {
     const session = m.sessions.get(run.sessionId)!;
     const open = run.state === "staged" || run.state === "retrying" || run.state === "limbo";
     if (!open) fail("invariant 9 (one turn)", `run of ${run.eventId} handed over again while ${run.state}`);
-    const leftBehind = session.endReason === "compression" && KNOWN_GAPS.stagedHandOffLeftBehindByRotation;
+    // A `compression` end written by SQL has no continuation to move the run to.
+    const leftBehind =
+      session.endReason === "compression" &&
+      !!session.ends.at(-1)?.bySql &&
+      KNOWN_GAPS.runsOfCompressionEndBySqlNotRevoked;
     if (session.endReason !== null && !leftBehind)
       fail("revocation", `run of ${run.eventId} handed over although ${session.id} ended ${session.endReason}`);
     if (run.runId === null) {
@@ -628,9 +632,7 @@ class Rotate extends RunCommand {
           staged: target.staged,
         });
         target.noticeOwed = null;
-        if (target.currentRun && KNOWN_GAPS.leaseUnwatchedAfterRotation) target.currentRun.leaseUnwatched = true;
         for (const moved of m.runsOf(target)) {
-          if (moved.runId === null && KNOWN_GAPS.stagedHandOffLeftBehindByRotation) continue;
           if (moved === target.currentRun || !["finished", "failed", "revoked"].includes(moved.state))
             moved.sessionId = continuation.id;
         }

@@ -11,19 +11,11 @@ const strict = !!(env as unknown as Record<string, string | undefined>).MODEL_ST
 
 export const KNOWN_GAPS = {
   /**
-   * A message acknowledged before a rotation whose hand-off was still in the
-   * outbox is handed over naming the ended parent (`compression`), does not hold
-   * the continuation open (invariant 6), and its reply is recorded in no session
-   * and never delivered, although its run was not revoked. Spec: the rotation moves
-   * the turn, still current, to the continuation.
+   * A session ended as `compression` by SQL (no rotation, so no continuation)
+   * does not revoke its runs: a hand-off still in the outbox is handed over naming
+   * the ended row, and its reply is recorded nowhere and never delivered. Spec: the
+   * end of its session revokes a run; only a rotation moves it on. (A rotation
+   * itself moves staged hand-offs to the continuation.)
    */
-  stagedHandOffLeftBehindByRotation: !strict,
-  /**
-   * After a rotation by a run the agent accepted with 202, the routing object no
-   * longer watches that run's lease: the continuation's alarm is set for its policy
-   * deadline only (none at all for mode `none`), so an owner that vanished is not
-   * reaped (`orphan_reap`) when the lease lapses (docs/agent.md: the alarm enforces
-   * the lease).
-   */
-  leaseUnwatchedAfterRotation: !strict,
+  runsOfCompressionEndBySqlNotRevoked: !strict,
 };

@@ -117,8 +117,6 @@ export interface MRun {
   /** What the first hand-off must say (spec: is_new and reset of the first run of a session). */
   isNew: boolean | null;
   reset: { reason: string; had_activity: boolean; previous_session_id: string } | null;
-  /** See KNOWN_GAPS.leaseUnwatchedAfterRotation: its lapse may, not must, be reaped by the alarm. */
-  leaseUnwatched?: boolean;
 }
 
 export interface SentEvent {
@@ -326,7 +324,7 @@ export class Model {
     for (const session of this.byKey[key]!) {
       const watched = session === newest ? this.entry[key] : isRecoverable(session.endReason) && session.watched;
       if (!watched) continue;
-      const reap = this.leaseLapsed(session) && !session.currentRun?.leaseUnwatched;
+      const reap = this.leaseLapsed(session);
       if (this.policyEndsAllowed(session).length > 0 || reap) due.push(session);
     }
     return due;
