@@ -56,6 +56,13 @@ const REVOCATION_OF_SESSION = `SELECT CASE end_reason WHEN 'new_command' THEN 's
     ELSE 'session_ended' END FROM sessions WHERE id = runs.session_id`;
 
 /**
+ * The session (bound to `?`) has ended, and not by a rotation: a `compression` end
+ * moves its runs to the continuation, but one written by SQL has none to move to.
+ */
+const ENDED_WITHOUT_CONTINUATION = `SELECT 1 FROM sessions s WHERE s.id = ? AND s.end_reason IS NOT NULL
+    AND NOT (s.end_reason = 'compression' AND EXISTS (SELECT 1 FROM sessions c WHERE c.session_key = s.session_key AND c.parent_session_id = s.id))`;
+
+/**
  * Revokes every unfinished run of a session that has ended (a rotation moves its
  * runs instead). Runs in every batch that ends a session, and is a no-op otherwise.
  * A run that failed for good is not unfinished: it stays failed, for the operator.
@@ -64,7 +71,7 @@ export function revokeRuns(sessionId: string): Statement<number> {
   return exec(
     `UPDATE runs SET revoked_reason = (${REVOCATION_OF_SESSION})
       WHERE session_id = ? AND finished_at IS NULL AND revoked_reason IS NULL AND failed_at IS NULL
-        AND EXISTS (SELECT 1 FROM sessions WHERE id = ? AND end_reason IS NOT NULL AND end_reason <> 'compression')`,
+        AND EXISTS (${ENDED_WITHOUT_CONTINUATION})`,
     sessionId,
     sessionId,
   );
@@ -75,7 +82,7 @@ function revokeRun(runId: string, sessionId: string): Statement<number> {
   return exec(
     `UPDATE runs SET revoked_reason = (${REVOCATION_OF_SESSION})
       WHERE id = ? AND finished_at IS NULL AND revoked_reason IS NULL
-        AND EXISTS (SELECT 1 FROM sessions WHERE id = ? AND end_reason IS NOT NULL AND end_reason <> 'compression')`,
+        AND EXISTS (${ENDED_WITHOUT_CONTINUATION})`,
     runId,
     sessionId,
   );

@@ -237,6 +237,23 @@ describe("replies later through the run API (202)", () => {
   });
 });
 
+it("a session ended as compression by SQL, with no continuation, revokes its staged hand-off", async () => {
+  services = fakeServices(() => replyWith("never asked"));
+  const chat = unique("chat");
+  const key = genericKey(chat);
+  const sent = await send({ chat_id: chat, text: "question" });
+  // Out of band: no rotation, so there is no continuation to move the run to.
+  await env.DB.prepare(`UPDATE sessions SET end_reason = 'compression', ended_at = ? WHERE id = ?`)
+    .bind(T0 + 1, sent.body.session_id)
+    .run();
+  await runAlarm(key);
+  expect(services.agentCalls()).toHaveLength(0);
+  const run = await env.DB.prepare(`SELECT revoked_reason, dispatched_at FROM runs WHERE event_id = ?`)
+    .bind(sent.eventId)
+    .first<any>();
+  expect(run).toEqual({ revoked_reason: "session_ended", dispatched_at: null });
+});
+
 it("a reply that comes back after /new revoked its run (a slow 200) is kept for audit but not delivered", async () => {
   const chat = unique("chat");
   const key = genericKey(chat);

@@ -7,7 +7,6 @@ import fc from "fast-check";
 import { vi } from "vitest";
 import { setNow } from "../helpers";
 import { fail, verify } from "./check";
-import { KNOWN_GAPS } from "./known-gaps";
 import {
   DEDUPE_MS,
   END_REASONS,
@@ -359,12 +358,7 @@ function applyHandOffs(m: Model, r: Real, from: number): void {
     const session = m.sessions.get(run.sessionId)!;
     const open = run.state === "staged" || run.state === "retrying" || run.state === "limbo";
     if (!open) fail("invariant 9 (one turn)", `run of ${run.eventId} handed over again while ${run.state}`);
-    // A `compression` end written by SQL has no continuation to move the run to.
-    const leftBehind =
-      session.endReason === "compression" &&
-      !!session.ends.at(-1)?.bySql &&
-      KNOWN_GAPS.runsOfCompressionEndBySqlNotRevoked;
-    if (session.endReason !== null && !leftBehind)
+    if (session.endReason !== null)
       fail("revocation", `run of ${run.eventId} handed over although ${session.id} ended ${session.endReason}`);
     if (run.runId === null) {
       run.runId = call.runId;
@@ -382,8 +376,7 @@ function applyHandOffs(m: Model, r: Real, from: number): void {
     } else if (call.runId !== run.runId || call.token !== run.token) {
       fail("agent hand-off", `a retry of ${run.eventId} changed its run id or token`);
     }
-    if (call.mode === "reply" && leftBehind) run.state = "finished";
-    else if (call.mode === "reply") m.recordReply(run, `re:${run.eventId}`);
+    if (call.mode === "reply") m.recordReply(run, `re:${run.eventId}`);
     else if (call.mode === "null") run.state = "finished";
     else if (call.mode === "accept") {
       run.state = "accepted";
