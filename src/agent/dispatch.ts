@@ -1,12 +1,13 @@
-/** Hands one run to the agent backend: `POST {AGENT_URL}` with the bearer AGENT_TOKEN, or the echo agent. */
+/**
+ * Hands one run to the agent backend: `POST {AGENT_URL}` with the bearer AGENT_TOKEN.
+ * Without AGENT_URL the routing object answers with the echo agent itself, in one batch.
+ */
 import type { Config } from "../config";
 import { callJson } from "../http/outbound";
-import { echoAgent } from "./echo";
 import type { AgentOutcome, AgentRunRequest } from "./types";
 
-export async function handToAgent(config: Config, request: AgentRunRequest): Promise<AgentOutcome> {
-  if (!config.agentUrl) return echoAgent(request);
-  const outcome = await callJson(config.agentUrl, request, {
+export async function handToAgent(config: Config, agentUrl: string, request: AgentRunRequest): Promise<AgentOutcome> {
+  const outcome = await callJson(agentUrl, request, {
     headers: { authorization: `Bearer ${config.agentToken}` },
     timeoutMs: config.agentTimeoutMs,
   });

@@ -3,7 +3,7 @@ import type { RunRow, SessionRow } from "../db/schema";
 import type { Handoff } from "../domain/explain";
 import type { NotOwnedReason } from "../domain/ownership";
 import { describe } from "../http/outbound";
-import type { Entry } from "./storage";
+import type { Entry } from "./entry";
 
 export interface ErrorBody {
   error: { code: string; message: string };

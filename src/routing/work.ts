@@ -1,16 +1,15 @@
 /**
- * The outbox's work items and the small conversions between rows, entries and
- * the shapes sent out, kept apart from the routing object's logic.
+ * The outbox's work items and the small conversions between rows and the shapes
+ * sent out, kept apart from the routing object's logic.
  */
 import type { AgentRunRequest } from "../agent/types";
 import { sha256Hex } from "../crypto";
 import { handoffAttachment } from "../domain/attachments";
 import type { NewRun } from "../db/runs";
-import type { DeliveryRow, SessionRow } from "../db/schema";
-import type { NewSession, UserMessage } from "../db/sessions";
+import type { DeliveryRow } from "../db/schema";
+import type { UserMessage } from "../db/sessions";
 import type { RoutedMessage } from "../domain/inbound";
-import type { Replaced } from "../domain/routing-decision";
-import type { Entry } from "./storage";
+import type { Entry } from "./entry";
 
 /** The agent hand-off of one stored message, from the moment it is staged until the reply is recorded. */
 export interface RunWork {
@@ -72,41 +71,6 @@ export function toUserMessage(message: RoutedMessage, runId: string | null): Use
     text: message.text,
     receivedAt: message.receivedAt,
     attachments: message.attachments,
-  };
-}
-
-export function entryFromRow(row: SessionRow, message: Pick<RoutedMessage, "sessionKey">): Entry {
-  return {
-    sessionKey: message.sessionKey,
-    platform: row.platform,
-    chatType: row.chatType,
-    sessionId: row.id,
-    parentId: row.parentSessionId,
-    reset:
-      row.previousSessionId && row.resetReason
-        ? { reason: row.resetReason, had_activity: !!row.resetHadActivity, previous_session_id: row.previousSessionId }
-        : null,
-    firstRunPending: row.currentRunId === null,
-    noticeOwed: row.noticePending !== null,
-  };
-}
-
-export function entryFromNew(
-  session: NewSession,
-  message: Pick<RoutedMessage, "sessionKey">,
-  replaced: Replaced | null,
-): Entry {
-  return {
-    sessionKey: message.sessionKey,
-    platform: session.platform,
-    chatType: session.chatType,
-    sessionId: session.id,
-    parentId: session.parentSessionId,
-    reset: replaced
-      ? { reason: replaced.reason, had_activity: replaced.hadActivity, previous_session_id: replaced.sessionId }
-      : null,
-    firstRunPending: true,
-    noticeOwed: session.noticePending !== null,
   };
 }
 

@@ -26,7 +26,7 @@ import {
   unique,
   useConfig,
 } from "../helpers";
-import { RouterStorage } from "../../src/routing/storage";
+import { OutboxTable as RouterStorage } from "../../src/routing/outbox-table";
 import { accepted, agentApi, agentConfig, fakeServices, replyWith } from "../agent/support";
 
 const has = (fragment: string) => (sql: readonly string[]) => sql.some((s) => s.includes(fragment));

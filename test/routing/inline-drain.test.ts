@@ -21,7 +21,7 @@ import {
   useConfig,
 } from "../helpers";
 import { COMMAND_REPLIES } from "../../src/domain/commands";
-import { RouterStorage } from "../../src/routing/storage";
+import { OutboxTable as RouterStorage } from "../../src/routing/outbox-table";
 import type { DeliveryWork } from "../../src/routing/work";
 import { accepted, agentConfig, fakeServices, replyWith } from "../agent/support";
 

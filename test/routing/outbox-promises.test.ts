@@ -20,7 +20,7 @@ import {
   unique,
   useConfig,
 } from "../helpers";
-import { RouterStorage } from "../../src/routing/storage";
+import { OutboxTable as RouterStorage } from "../../src/routing/outbox-table";
 import type { RunWork } from "../../src/routing/work";
 import { AGENT_URL, REPLY_URL, agentConfig, replyWith } from "../agent/support";
 import { captureFetch } from "../helpers";
