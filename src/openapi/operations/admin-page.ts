@@ -1,0 +1,71 @@
+/** The admin web page (HTML, session cookie, CSRF token on every POST). */
+import { pageRetryKinds, sessionsFilter, signInForm } from "../../routes/admin-ui/forms";
+import type { Operation } from "./types";
+
+export const ADMIN_PAGE: Operation[] = [
+  {
+    method: "get",
+    path: "/admin",
+    summary: "The admin page: the sign-in form, or the sessions once signed in",
+    tag: "admin page",
+    auth: "none",
+    ok: "html",
+  },
+  {
+    method: "post",
+    path: "/admin/ui/sign-in",
+    summary: "Sign in with ADMIN_TOKEN; sets the session cookie",
+    tag: "admin page",
+    auth: "none",
+    body: signInForm,
+    bodyType: "application/x-www-form-urlencoded",
+    ok: "redirect",
+    also: [403],
+  },
+  {
+    method: "post",
+    path: "/admin/ui/sign-out",
+    summary: "Sign out",
+    tag: "admin page",
+    auth: "page",
+    ok: "redirect",
+    also: [403],
+  },
+  {
+    method: "get",
+    path: "/admin/ui/sessions",
+    summary: "Sessions with filters and paging",
+    tag: "admin page",
+    auth: "page",
+    query: sessionsFilter,
+    ok: "html",
+  },
+  {
+    method: "get",
+    path: "/admin/ui/sessions/:id",
+    summary: "One session's timeline and its explain block",
+    tag: "admin page",
+    auth: "page",
+    ok: "html",
+    also: [404],
+  },
+  {
+    method: "get",
+    path: "/admin/ui/failed",
+    summary: "Failed runs, deliveries and events, each with a retry button",
+    tag: "admin page",
+    auth: "page",
+    ok: "html",
+  },
+  { method: "get", path: "/admin/ui/metrics", summary: "The metrics", tag: "admin page", auth: "page", ok: "html" },
+  {
+    method: "post",
+    path: "/admin/ui/retry/:kind/:id",
+    summary: `Retry a failed item (kind: ${pageRetryKinds.join(", ")})`,
+    tag: "admin page",
+    auth: "page",
+    bodyType: "application/x-www-form-urlencoded",
+    ok: "redirect",
+    also: [403, 404, 409],
+  },
+];

@@ -1,0 +1,75 @@
+/** The agent API: run replies, progress and heartbeats, session end and rotation, cron jobs. */
+import { cronBody, endBody as agentEndBody, rotateBody, textBody } from "../../routes/agent";
+import * as answers from "../responses";
+import type { Operation } from "./types";
+
+export const AGENT: Operation[] = [
+  {
+    method: "post",
+    path: "/v1/runs/:id/heartbeat",
+    summary: "Does this run still own its session?",
+    tag: "agent",
+    auth: "run",
+    ok: answers.ownsAnswer,
+    also: [403, 404, 409],
+  },
+  {
+    method: "post",
+    path: "/v1/runs/:id/progress",
+    summary: "A progress notice to the chat",
+    tag: "agent",
+    auth: "run",
+    body: textBody,
+    ok: answers.progressAnswer,
+    also: [403, 404, 409],
+  },
+  {
+    method: "post",
+    path: "/v1/runs/:id/reply",
+    summary: "The run's reply",
+    tag: "agent",
+    auth: "run",
+    body: textBody,
+    ok: answers.recordedAnswer,
+    also: [403, 404, 409],
+  },
+  {
+    method: "post",
+    path: "/v1/sessions/:id/end",
+    summary: "End the session (by its current run)",
+    tag: "agent",
+    auth: "run",
+    body: agentEndBody,
+    ok: answers.endedAnswer,
+    also: [403, 404, 409],
+  },
+  {
+    method: "post",
+    path: "/v1/sessions/:id/rotate",
+    summary: "Rotate into a continuation session",
+    tag: "agent",
+    auth: "run",
+    body: rotateBody,
+    ok: answers.rotatedAnswer,
+    also: [403, 404, 409],
+  },
+  {
+    method: "post",
+    path: "/v1/cron/runs",
+    summary: "Run a scheduled job in a session of its own",
+    tag: "agent",
+    auth: "agent",
+    body: cronBody,
+    ok: answers.cronAnswer,
+    also: [403],
+  },
+  {
+    method: "get",
+    path: "/v1/attachments/:id",
+    summary: "The bytes of an attachment, fetched from the platform",
+    tag: "agent",
+    auth: "run",
+    ok: "text",
+    also: [403, 404, 413, 502],
+  },
+];

@@ -1,0 +1,96 @@
+/** The operator API (`/admin/...`, ADMIN_TOKEN). */
+import { endBody as adminEndBody, listQuery } from "../../routes/admin";
+import * as answers from "../responses";
+import type { Operation } from "./types";
+
+export const OPERATOR: Operation[] = [
+  {
+    method: "get",
+    path: "/admin/routes/:key",
+    summary: "The routing entry of a key (key URL-encoded once)",
+    tag: "operator",
+    auth: "admin",
+    ok: answers.routeAnswer,
+  },
+  {
+    method: "delete",
+    path: "/admin/routes/:key",
+    summary: "Forget the routing entry (D1 is kept)",
+    tag: "operator",
+    auth: "admin",
+    ok: answers.forgottenAnswer,
+  },
+  {
+    method: "get",
+    path: "/admin/routes/:key/explain",
+    summary: "What a message for this key would do now, and why",
+    description:
+      "Reads the D1 row a message would read and changes nothing. `overlap` is what the gateway does today (`concurrent`: every message its own run), and `waiting` is 0.",
+    tag: "operator",
+    auth: "admin",
+    ok: answers.explainAnswer,
+  },
+  {
+    method: "get",
+    path: "/admin/sessions",
+    summary: "Sessions, newest first",
+    tag: "operator",
+    auth: "admin",
+    query: listQuery,
+    ok: answers.sessionsAnswer,
+  },
+  {
+    method: "get",
+    path: "/admin/sessions/:id",
+    summary: "One session: messages, events, deliveries, runs",
+    tag: "operator",
+    auth: "admin",
+    ok: answers.sessionAnswer,
+    also: [404],
+  },
+  {
+    method: "post",
+    path: "/admin/sessions/:id/end",
+    summary: "End a session as an operator",
+    tag: "operator",
+    auth: "admin",
+    body: adminEndBody,
+    ok: answers.endedAnswer,
+    also: [404],
+  },
+  {
+    method: "post",
+    path: "/admin/runs/:id/retry",
+    summary: "Hand a failed run to the agent again",
+    tag: "operator",
+    auth: "admin",
+    ok: answers.retriedAnswer,
+    also: [404, 409],
+  },
+  {
+    method: "post",
+    path: "/admin/deliveries/:event_id/retry",
+    summary: "Send a failed delivery again",
+    tag: "operator",
+    auth: "admin",
+    ok: answers.retriedAnswer,
+    also: [404, 409],
+  },
+  {
+    method: "post",
+    path: "/admin/events/:id/retry",
+    summary: "Deliver a dead-lettered event again",
+    tag: "operator",
+    auth: "admin",
+    ok: answers.retriedAnswer,
+    also: [404, 409],
+  },
+  {
+    method: "get",
+    path: "/admin/metrics",
+    summary: "Counters since start (per isolate)",
+    tag: "operator",
+    auth: "admin",
+    ok: answers.metricsAnswer,
+  },
+];
