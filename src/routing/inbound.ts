@@ -29,7 +29,6 @@ import {
   eventStatusFor,
   freshSession,
   MAX_ROUTING_ATTEMPTS,
-  policyFor,
   stageEvents,
   type RouterContext,
 } from "./context";
@@ -55,8 +54,7 @@ export class Inbound {
   ) {}
 
   /** Routes one verified inbound message (or command) for this object's key. */
-  async route(message: RoutedMessage): Promise<RpcResult<AcceptedBody>> {
-    const policy = policyFor(this.ctx, message.platform, message.chatType);
+  async route(message: RoutedMessage, policy: ResetPolicy): Promise<RpcResult<AcceptedBody>> {
     const command = parseCommand(message.text);
     if (!command) return this.storeAndStage(message, policy);
     const answered = await this.commands.run(command, message, policy);

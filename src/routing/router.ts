@@ -19,6 +19,7 @@ import { Database } from "../db/client";
 import type { DeliveryRow, RunRow, SessionRow } from "../db/schema";
 import type { EndReason } from "../domain/end-reasons";
 import type { RoutedMessage } from "../domain/inbound";
+import { resolvePolicy } from "../domain/reset-policy";
 import { RUN_LEASE_MS as TURN_LEASE_MS } from "../domain/turn-hold";
 import { describe } from "../http/outbound";
 import { log } from "../log";
@@ -168,7 +169,9 @@ export class SessionRouter extends DurableObject<Env> {
   route(message: Omit<RoutedMessage, "receivedAt">): Promise<RpcResult<AcceptedBody>> {
     const failed = (error: unknown) =>
       log.error("route failed", { session_key: message.sessionKey, error: describe(error) });
-    return this.locked((now) => this.inbound.route({ ...message, receivedAt: now }), true, failed);
+    // Read before the lock's try, as ever: an invalid configuration rejects the call (it is no 503 to retry).
+    const policy = resolvePolicy(configOf(this.env).reset, message.platform, message.chatType);
+    return this.locked((now) => this.inbound.route({ ...message, receivedAt: now }, policy), true, failed);
   }
 
   /** `POST /v1/cron/runs`: runs a scheduled job's text as the first message of its own session. */
