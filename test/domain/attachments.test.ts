@@ -73,6 +73,14 @@ describe("the messages.attachments column", () => {
 
   afterEach(() => vi.restoreAllMocks());
 
+  it("reads an empty or null column without a warning: it is the normal state of a text message", () => {
+    const warnings: unknown[] = [];
+    vi.spyOn(console, "warn").mockImplementation((line: unknown) => void warnings.push(line));
+    expect(parseAttachmentsColumn("")).toEqual([]);
+    expect(parseAttachmentsColumn(null)).toEqual([]);
+    expect(warnings).toEqual([]);
+  });
+
   it("tells the operator, with a warning, that a broken column is shown as none", () => {
     const warnings: string[] = [];
     vi.spyOn(console, "warn").mockImplementation((line: unknown) => void warnings.push(String(line)));
