@@ -35,6 +35,7 @@ import {
   tableCounts,
   deliveriesOf,
 } from "../helpers";
+import { adapterContract } from "./contract";
 
 const APP_ID = commandGuild.application_id;
 const TOKEN = commandGuild.token;
@@ -174,6 +175,48 @@ const DEFERRED = { type: 5 };
 const dmKey = (user: string) => `discord:dm:${user}`;
 const channelKey = (channel: string, user: string) => `discord:channel:${channel}:${user}`;
 const id = () => snowflake();
+
+// What every adapter must do (dedupe, commands, notices, delivery retries, no silent
+// drop), run with this file's requests and fake Discord API. A reply edits the
+// interaction's deferred response (@original); commands are answered in the response.
+adapterContract({
+  platform: "discord",
+  chat: () => {
+    const user = id();
+    return { key: dmKey(user), user };
+  },
+  message: (chat, text) => interaction(commandDm, { user: chat.user, text }),
+  eventId: (body) => body.id,
+  post: (body) => post(body),
+  accepted: DEFERRED,
+  commandAnswer: { in: "response", body: (content) => ({ type: 4, data: { content } }) },
+  sends: () => discordCalls(),
+  sendTo: (_chat, content) => ({ method: "PATCH", url: ORIGINAL, json: { content, allowed_mentions: NO_MENTIONS } }),
+  answerNext: (...answers) => discordAnswers.push(...answers),
+  failures: {
+    serverErrors: [() => new Response("bad gateway", { status: 502 })],
+    // The body's retry_after (seconds, a float) wins over the rounded-up Retry-After header.
+    rateLimit: {
+      answer: () =>
+        Response.json(
+          { message: "You are being rate limited.", retry_after: 1.5, global: false },
+          { status: 429, headers: { "retry-after": "2" } },
+        ),
+      retryAfterMs: 1_500,
+    },
+    permanent: [
+      ...[401, 404].map((status) => ({
+        what: `Discord's ${status} (token expired or unknown)`,
+        answer: () => Response.json({ message: "Unknown Webhook", code: 10015 }, { status }),
+        error: "interaction token expired or unknown",
+      })),
+      {
+        what: "another 4xx",
+        answer: () => Response.json({ message: "Invalid Form Body", code: 50035 }, { status: 400 }),
+      },
+    ],
+  },
+});
 
 // ------------------------------------------------------------------ tests
 

@@ -39,6 +39,7 @@ import {
   tableCounts,
   deliveriesOf,
 } from "../helpers";
+import { adapterContract } from "./contract";
 
 const SIGNING_SECRET = "8f742231b10e8888abcd99yyyzzz85a5";
 const BOT_TOKEN = "xoxb-test-bot-token";
@@ -141,6 +142,35 @@ function slashFields(ids: { channel: string; user: string; command?: string; cha
 
 const dmKey = (channel: string) => `slack:dm:${channel}`;
 const channelKey = (channel: string, user: string) => `slack:channel:${channel}:${user}`;
+
+// What every adapter must do (dedupe, commands, notices, delivery retries, no silent
+// drop), run with this file's requests and fake Web API.
+adapterContract({
+  platform: "slack",
+  chat: () => {
+    const channel = unique("D");
+    return { key: dmKey(channel), channel, user: unique("U") };
+  },
+  message: (chat, text) => eventFixture(messageIm, { channel: chat.channel, user: chat.user, text }),
+  eventId: (body) => body.event_id,
+  // Slack marks its own retries with X-Slack-Retry-Num; dedupe must not depend on it.
+  post: (body, redelivery = 0) =>
+    post(body, redelivery ? { headers: { ...retryHeaders, "x-slack-retry-num": String(redelivery) } } : {}),
+  accepted: {},
+  // Typed as a message, a command is answered in the chat (slash commands are below).
+  commandAnswer: { in: "chat" },
+  sends: () => posts().map(({ method, url, json }) => ({ method, url, json })),
+  sendTo: (chat, text) => ({ method: "POST", url: POST_MESSAGE, json: { channel: chat.channel, text } }),
+  answerNext: (...answers) => slackAnswers.push(...answers),
+  failures: {
+    serverErrors: [() => new Response("upstream down", { status: 503 })],
+    rateLimit: {
+      answer: () => new Response("", { status: 429, headers: { "retry-after": "7" } }),
+      retryAfterMs: 7_000,
+    },
+    permanent: [{ what: "an HTTP 400", answer: () => new Response("bad", { status: 400 }) }],
+  },
+});
 
 // ------------------------------------------------------------------ tests
 

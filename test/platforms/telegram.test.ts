@@ -39,6 +39,7 @@ import {
   tableCounts,
   deliveriesOf,
 } from "../helpers";
+import { adapterContract, answerOf } from "./contract";
 
 const TOKEN = "7000000001:AAtest-bot-token";
 const SECRET = "tg-webhook-secret_1";
@@ -128,6 +129,49 @@ async function onlySession(key: string) {
   expect(rows).toHaveLength(1);
   return rows[0]!;
 }
+
+// What every adapter must do (dedupe, commands, notices, delivery retries, no silent
+// drop), run with this file's requests and fake Bot API.
+adapterContract({
+  platform: "telegram",
+  chat: () => {
+    const id = fresh();
+    return { key: `telegram:dm:${id}`, id };
+  },
+  message: (chat, text) =>
+    update(privateText, (m) => {
+      m.chat.id = chat.id;
+      m.from.id = chat.id;
+      m.text = text;
+    }),
+  eventId: (u) => String(u.update_id),
+  post: async (u) => answerOf(await post(u)),
+  accepted: {},
+  commandAnswer: { in: "chat" },
+  sends: () => sent().map(({ method, url, json }) => ({ method, url, json })),
+  sendTo: (chat, text) => ({ method: "POST", url: SEND_URL, json: { chat_id: chat.id, text } }),
+  answerNext: (...answers) => apiAnswers.push(...answers),
+  failures: {
+    serverErrors: [
+      () => Response.json({ ok: false, error_code: 502, description: "Bad Gateway" }, { status: 502 }),
+      () => new Response("upstream timeout", { status: 504 }),
+    ],
+    // Telegram gives the delay in the body, `parameters.retry_after` (seconds): 7 here.
+    rateLimit: { answer: () => Response.json(retry429, { status: 429 }), retryAfterMs: 7_000 },
+    permanent: [
+      { what: "403 bot blocked by the user", answer: () => Response.json(blocked403, { status: 403 }) },
+      {
+        what: "400 chat not found",
+        answer: () =>
+          Response.json({ ok: false, error_code: 400, description: "Bad Request: chat not found" }, { status: 400 }),
+      },
+      {
+        what: "401 unauthorized (a revoked token)",
+        answer: () => Response.json({ ok: false, error_code: 401, description: "Unauthorized" }, { status: 401 }),
+      },
+    ],
+  },
+});
 
 describe("configuration", () => {
   it("answers 404 while no Telegram secret is set, and stores nothing", async () => {

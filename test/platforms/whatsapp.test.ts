@@ -42,6 +42,7 @@ import {
   tableCounts,
   deliveriesOf,
 } from "../helpers";
+import { adapterContract, answerOf } from "./contract";
 
 const VERIFY_TOKEN = "wa-verify-token";
 const APP_SECRET = "wa-app-secret-0123456789abcdef";
@@ -149,6 +150,43 @@ function textFrom(from: string, text: string) {
   body.entry[0].changes[0].value.contacts[0].wa_id = from;
   return body;
 }
+
+// What every adapter must do (dedupe, commands, notices, delivery retries, no silent
+// drop), run with this file's requests and fake Graph API.
+adapterContract({
+  platform: "whatsapp",
+  chat: () => {
+    const from = freshNumber();
+    return { key: keyOf(from), from };
+  },
+  message: (chat, text) => textFrom(chat.from, text),
+  eventId: (body) => body.entry[0].changes[0].value.messages[0].id,
+  post: async (body) => answerOf(await post(body)),
+  accepted: {},
+  commandAnswer: { in: "chat" },
+  sends: () => sent().map(({ method, url, json }) => ({ method, url, json })),
+  sendTo: (chat, text) => ({ method: "POST", url: SEND_URL, json: textTo(chat.from, text) }),
+  answerNext: (...answers) => apiAnswers.push(...answers),
+  failures: {
+    serverErrors: [() => Response.json(error131000, { status: 500 }), () => new Response(null, { status: 503 })],
+    rateLimit: {
+      answer: () => Response.json(error130429, { status: 429, headers: { "retry-after": "30" } }),
+      retryAfterMs: 30_000,
+    },
+    permanent: [
+      { what: "error 131047 (outside the 24-hour window)", answer: () => Response.json(error131047, { status: 400 }) },
+      { what: "error 131026 (undeliverable)", answer: () => Response.json(error131026, { status: 400 }) },
+      {
+        what: "a 401 (expired access token)",
+        answer: () =>
+          Response.json(
+            { error: { message: "Error validating access token", type: "OAuthException", code: 190, fbtrace_id: "x" } },
+            { status: 401 },
+          ),
+      },
+    ],
+  },
+});
 
 describe("configuration", () => {
   it("answers 404 to POST and GET while no WhatsApp secret is set, and stores nothing", async () => {
