@@ -163,9 +163,11 @@ export class Settlement {
       ...alongside,
     );
     const row = rows[0] ?? null;
+    // The batch writes the events of any ended row that lacks them (one ended out of
+    // band, by SQL), changed here or not: they are delivered either way.
+    if (row && row.endReason !== null) stageEvents(this.ctx, sessionId, now);
     if (changed === 1 && row) {
       countEnded(reason);
-      stageEvents(this.ctx, sessionId, now);
       entry.learnt(
         sessionId,
         isRecoverable(reason) ? deadline(policyFor(this.ctx, row.platform, row.chatType), row.lastActiveAt) : null,

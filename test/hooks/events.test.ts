@@ -569,3 +569,25 @@ describe("without HOOK_URLS", () => {
     expect(calls).toHaveLength(0);
   });
 });
+
+describe("an operator end of a row ended out of band", () => {
+  it("delivers the events that end writes for a row ended by SQL with no ended_at, though the row was not changed", async () => {
+    const calls = captureHooks([HOOK_A, HOOK_B]);
+    const chat = unique("chat");
+    const key = genericKey(chat);
+    const sent = await send({ chat_id: chat, text: "hi" });
+    const sessionId = sent.body.session_id;
+    await runAlarm(key);
+    // Ended out of band, without ended_at and without its events.
+    await sql(`UPDATE sessions SET end_reason = 'new_command' WHERE id = ?`, sessionId);
+    setNow(T0 + MINUTE);
+    const end = await adminFetch(`/admin/sessions/${sessionId}/end`, { method: "POST", body: "{}" });
+    expect(end.status).toBe(200);
+    expect((await end.json<any>()).changed).toBe(false);
+    await runAlarm(key);
+    const ended = ofType(calls, "session.ended", sessionId);
+    expect(ended.map((c) => c.url).sort()).toEqual([HOOK_A, HOOK_B].sort());
+    expect(ended[0]!.json).toMatchObject({ reason: "new_command", occurred_at: T0 + MINUTE });
+    expect((await eventsOf(sessionId)).every((event) => event.status === "sent")).toBe(true);
+  });
+});
