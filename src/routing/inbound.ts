@@ -164,7 +164,12 @@ export class Inbound {
       if (decision.kind === "append" || decision.kind === "reopen" || heldOpen) {
         const reopen =
           decision.kind === "reopen"
-            ? [reopenRecoverable(decision.sessionId, since, deadline(policy, row!.lastActiveAt))]
+            ? [
+                // An end written by SQL did not revoke the row's runs: they end with it
+                // before it reopens (a no-op when the gateway ended it).
+                revokeRuns(decision.sessionId),
+                reopenRecoverable(decision.sessionId, since, deadline(policy, row!.lastActiveAt)),
+              ]
             : [];
         const results = await ingress.batch(
           ...reopen,

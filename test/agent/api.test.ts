@@ -89,6 +89,22 @@ describe("heartbeat", () => {
   });
 });
 
+it("a recoverable end written by SQL revokes the run when a message reopens the row: no rotate, no end by it", async () => {
+  const chat = unique("chat");
+  const run = await dispatched(chat);
+  // Out of band, without the gateway: its runs are not revoked yet.
+  await env.DB.prepare(`UPDATE sessions SET end_reason = 'orphan_reap', ended_at = ? WHERE id = ?`)
+    .bind(T0 + 1, run.sessionId)
+    .run();
+  setNow(T0 + 1_000);
+  const again = await send({ chat_id: chat, text: "still there?" });
+  expect(again.body.session_id).toBe(run.sessionId); // reopened, same id
+  expect(await heartbeat(run)).toEqual({ status: 409, body: { owns: false, reason: "session_ended" } });
+  const rotated = await agentApi(`/v1/sessions/${run.sessionId}/rotate`, run.token, { reason: "compression" });
+  expect(rotated.status).toBe(409);
+  expect((await sessionRow(run.sessionId))!.end_reason).toBeNull();
+});
+
 describe("tokens", () => {
   it("401 without a token or with a wrong one, 403 with another run's token, 404 for an unknown run", async () => {
     const a = await dispatched(unique("chat"));
