@@ -10,11 +10,9 @@
  * run when a waiting message is dispatched or dropped, never on the path that
  * answers a webhook (a message dispatched at once gets its `run_id` in the append).
  */
+import type { NotDispatchedReason } from "../domain/overlap-plan";
 import { exec, selectRowsSql, type Statement } from "./client";
 import { messages, type MessageRow } from "./schema";
-
-export const NOT_DISPATCHED_REASONS = ["stopped", "new_command", "session_ended"] as const;
-export type NotDispatchedReason = (typeof NOT_DISPATCHED_REASONS)[number];
 
 const EVENT_IN_LIST = `event_id IN (SELECT value FROM json_each(?))`;
 
