@@ -34,15 +34,31 @@ export function attachMessages(sessionId: string, runId: string, eventIds: reado
 }
 
 /**
+ * An interrupt revokes an unfinished run as `superseded` (its heartbeat then says
+ * so, and its reply, even a 200 already on its way, is never recorded nor
+ * delivered: `recordReply` skips a revoked run). Only an unfinished run: a
+ * finished or failed one keeps what it is.
+ */
+export function revokeInterrupted(runId: string): Statement<number> {
+  return exec(
+    `UPDATE runs SET revoked_reason = 'superseded'
+      WHERE id = ? AND finished_at IS NULL AND revoked_reason IS NULL AND failed_at IS NULL`,
+    runId,
+  );
+}
+
+/**
  * An interrupt revoked `runId`: its user messages wait again (run_id null), so the
- * run that replaces it can carry them. Only from a revoked run: a live run never
- * loses its messages. Put it in the batch that revokes the run.
+ * run that replaces it can carry them. Put it after `revokeInterrupted` in the same
+ * batch. Only from a run that is revoked, or was staged and never written to D1
+ * (its hand-off still in the routing object's outbox, which the interrupt drops):
+ * a live, finished or failed run never loses its messages.
  */
 export function releaseMessages(sessionId: string, runId: string): Statement<number> {
   return exec(
     `UPDATE messages SET run_id = NULL
       WHERE session_id = ? AND role = 'user' AND run_id = ?
-        AND EXISTS (SELECT 1 FROM runs WHERE id = ? AND revoked_reason IS NOT NULL)`,
+        AND NOT EXISTS (SELECT 1 FROM runs WHERE id = ? AND revoked_reason IS NULL)`,
     sessionId,
     runId,
     runId,

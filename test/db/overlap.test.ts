@@ -12,6 +12,7 @@ import {
   markNotDispatched,
   markSessionNotDispatched,
   releaseMessages,
+  revokeInterrupted,
   selectWaitingMessages,
   setRunMessages,
 } from "../../src/db/overlap";
@@ -63,8 +64,10 @@ async function run(sessionId: string, eventId: string): Promise<string> {
   return id;
 }
 
-const revoke = (runId: string) =>
-  env.DB.prepare(`UPDATE runs SET revoked_reason = 'superseded' WHERE id = ?`).bind(runId).run();
+const revoke = async (runId: string) => {
+  const [changed] = await db.batch(revokeInterrupted(runId));
+  expect(changed).toBe(1);
+};
 
 async function carriers(sessionId: string) {
   const rows = await env.DB.prepare(
@@ -144,6 +147,46 @@ describe("releaseMessages (an interrupt)", () => {
     const second = await run(s, b);
     await db.batch(attachMessages(s, second, [a, b]));
     expect(await carriers(s)).toEqual({ [a]: { run: second, not: null }, [b]: { run: second, not: null } });
+  });
+
+  it("gives back the messages of a run staged but never written to D1 (its hand-off dropped)", async () => {
+    const s = await session();
+    const eventId = unique("ev");
+    // Stored as it is today, with the run id chosen before the run row exists.
+    await db.batch(
+      ...appendUserMessage(
+        s,
+        {
+          platform: "generic",
+          sessionKey: `generic:dm:${s}`,
+          eventId,
+          runId: "run_staged",
+          text: "a",
+          receivedAt: T + 1,
+        },
+        T - 1,
+      ),
+    );
+    const [released] = await db.batch(releaseMessages(s, "run_staged"));
+    expect(released).toBe(1);
+    expect((await carriers(s))[eventId]).toEqual({ run: null, not: null });
+  });
+
+  it("never takes messages from a finished or failed run", async () => {
+    for (const column of ["finished_at", "failed_at"]) {
+      const s = await session();
+      const a = await waiting(s, "a", T + 1);
+      const r = await run(s, a);
+      await db.batch(attachMessages(s, r, [a]));
+      await env.DB.prepare(`UPDATE runs SET ${column} = ? WHERE id = ?`)
+        .bind(T + 2, r)
+        .run();
+      const [revoked] = await db.batch(revokeInterrupted(r));
+      expect(revoked, `a run with ${column} is not unfinished`).toBe(0);
+      const [released] = await db.batch(releaseMessages(s, r));
+      expect(released).toBe(0);
+      expect((await carriers(s))[a]).toEqual({ run: r, not: null });
+    }
   });
 
   it("never takes messages from a live run", async () => {
