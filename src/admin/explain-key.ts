@@ -20,8 +20,6 @@ export async function explainKey(env: Env, key: string) {
     policySource: source,
     overlap: resolveOverlap(config.overlap, platform, chatType),
     runLeaseMs: RUN_LEASE_MS,
-    // The routing object does not keep waiting messages yet (every message is its own run).
-    waiting: 0,
     now: now(),
   });
   return { ...explanation, session: state.row ? sessionJson(state.row) : null };

@@ -118,3 +118,24 @@ export function selectWaitingMessages(sessionId: string): Statement<MessageRow[]
     sessionId,
   );
 }
+
+/**
+ * Records every waiting user message of a session that has ended as never
+ * dispatched, with the reason its end gives (`new_command` for `/new` and
+ * `/reset`, `stopped` for `/stop`, `session_ended` for any other end). Runs in
+ * every batch that ends a session, and in the batch that dispatches a run (whose
+ * session may have ended meanwhile); a no-op for a live session, and for a
+ * rotation, whose waiting messages are carried on in the continuation.
+ */
+export function markEndedNotDispatched(sessionId: string): Statement<number> {
+  return exec(
+    `UPDATE messages SET not_dispatched = (SELECT CASE end_reason WHEN 'new_command' THEN 'new_command'
+          WHEN 'suspended' THEN 'stopped' ELSE 'session_ended' END FROM sessions WHERE id = messages.session_id)
+      WHERE session_id = ? AND role = 'user' AND run_id IS NULL AND not_dispatched IS NULL
+        AND EXISTS (SELECT 1 FROM sessions s WHERE s.id = ? AND s.end_reason IS NOT NULL
+          AND NOT (s.end_reason = 'compression'
+            AND EXISTS (SELECT 1 FROM sessions c WHERE c.session_key = s.session_key AND c.parent_session_id = s.id)))`,
+    sessionId,
+    sessionId,
+  );
+}

@@ -70,6 +70,7 @@ export class Operator {
       alarmAt: await this.alarm.stored(),
       currentRun: runs[0] ?? null,
       handoff: item ? { attempts: item.attempts, lastError: item.lastError, dueAt: item.dueAt } : null,
+      waiting: row ? this.ctx.waiting.count(row.id) : 0,
     };
   }
 

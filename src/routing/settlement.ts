@@ -5,6 +5,7 @@
  */
 import { type Statement } from "../db/client";
 import { endedEvents } from "../db/events";
+import { markEndedNotDispatched } from "../db/overlap";
 import { markRunAccepted, revokeRuns, selectOpenRuns } from "../db/runs";
 import type { SessionRow } from "../db/schema";
 import { clearSweepAt, endLive, promoteExpired, selectSession, setSweepAt } from "../db/sessions";
@@ -16,6 +17,7 @@ import { countEnded } from "../metrics";
 import type { AlarmPlan } from "./alarm";
 import { eventStatusFor, policyFor, revokedAndEnded, stageEvents, type RouterContext } from "./context";
 import type { OutboxItem } from "./outbox-table";
+import type { Queue } from "./queue";
 
 /** Who holds a live session's turn, and until when. */
 export interface Lease {
@@ -28,6 +30,7 @@ export class Settlement {
   constructor(
     private readonly ctx: RouterContext,
     private readonly alarm: AlarmPlan,
+    private readonly queue: Queue,
   ) {}
 
   /**
@@ -76,10 +79,19 @@ export class Settlement {
     const policy = policyFor(this.ctx, row.platform, row.chatType);
     const reason = row.endReason as EndReason | null;
     if (reason !== null && !isRecoverable(reason)) {
-      await db.batch(revokeRuns(row.id), clearSweepAt(row.id), ...endedEvents(row.id, now, eventStatusFor(this.ctx)));
+      await db.batch(
+        revokeRuns(row.id),
+        markEndedNotDispatched(row.id),
+        clearSweepAt(row.id),
+        ...endedEvents(row.id, now, eventStatusFor(this.ctx)),
+      );
+      this.ctx.waiting.dropSession(row.id);
       stageEvents(this.ctx, row.id, now);
       return null;
     }
+    // Messages waiting behind a run that is over (its lease lapsed, say) get their run
+    // first: then that run holds the session, and the session is not reaped under them.
+    if (reason === null && this.ctx.waiting.count(row.id) > 0) await this.queue.pump(now);
     const expired = expiryReason(policy, row.lastActiveAt, now);
     // Expiry waits for the turn in progress (invariant 6): look again when it is over.
     const held = expired && reason === null ? await this.leaseOf(row, now) : null;
@@ -94,6 +106,7 @@ export class Settlement {
         ...revokedAndEnded(this.ctx, row.id, now),
       );
       if (promoted === 1) countEnded(expired);
+      this.ctx.waiting.dropSession(row.id);
       stageEvents(this.ctx, row.id, now);
       return null;
     }
@@ -124,13 +137,27 @@ export class Settlement {
    * session with no run left has vanished too. `exceptRunId`: a run staged by the
    * request asking, which holds nothing yet.
    */
-  async leaseOf(row: SessionRow, now: number, exceptRunId: string | null = null): Promise<Lease> {
+  async leaseOf(
+    row: SessionRow,
+    now: number,
+    exceptRunId: string | null = null,
+    exceptEventId: string | null = null,
+  ): Promise<Lease> {
     if (this.outboxRunDue(row.id, exceptRunId) !== null) return { held: true, lapsed: false, until: null };
     const [runs] = await this.ctx.db.batch(selectOpenRuns(row.id));
     const hold = holdOf(runs, row.currentRunId, now);
+    // An acknowledged message waiting for its run holds the session too (it is never
+    // dropped by expiry); `until` still says when the run it waits behind lapses.
+    if (this.ctx.waiting.count(row.id) > (exceptEventId ? this.waitingAs(row.id, exceptEventId) : 0))
+      return { held: true, lapsed: false, until: hold.until };
     // A cron session with no open run left has vanished too.
     if (!hold.held && !hold.lapsed && isCronSession(row)) return { ...hold, lapsed: true };
     return hold;
+  }
+
+  /** 1 when `eventId` is one of the session's waiting messages (the request asking staged it), else 0. */
+  private waitingAs(sessionId: string, eventId: string): number {
+    return this.ctx.waiting.all().some((row) => row.sessionId === sessionId && row.eventId === eventId) ? 1 : 0;
   }
 
   /** The earliest due time of a hand-off of this session still in the outbox, if any. */
@@ -160,9 +187,11 @@ export class Settlement {
       revokeRuns(sessionId),
       ...endedEvents(sessionId, now, eventStatusFor(this.ctx)),
       selectSession(db, sessionId),
+      markEndedNotDispatched(sessionId),
       ...alongside,
     );
     const row = rows[0] ?? null;
+    if (row?.endReason != null) this.ctx.waiting.dropSession(sessionId);
     if (changed === 1 && row) {
       countEnded(reason);
       stageEvents(this.ctx, sessionId, now);
@@ -180,6 +209,8 @@ export class Settlement {
     // The lease runs from the acceptance, not from the first attempt (which may be
     // long ago when the agent was down): a late acceptance is not a vanished owner.
     const heard = markRunAccepted(runId, now);
+    // Unfinished until its reply, revocation or lease lapse: messages arriving meanwhile wait (queue mode).
+    this.ctx.waiting.accept(runId, sessionId);
     if (!entry.isLive(sessionId)) {
       await db.batch(heard);
       return;

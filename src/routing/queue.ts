@@ -1,0 +1,102 @@
+/**
+ * Overlapping messages (spec "Overlapping messages", invariant 11): whether a
+ * message waits instead of getting its own run, and the one run that carries the
+ * waiting messages once nothing of their session is unfinished. The messages wait
+ * in the object's own storage (waiting.ts); the run that carries them is staged in
+ * the same outbox as every hand-off, in the same synchronous step that takes them
+ * out of the waiting list, so no message is carried twice nor lost by a restart.
+ */
+import { selectRun } from "../db/runs";
+import { selectDedupe } from "../db/sessions";
+import { CRON_PLATFORM } from "../domain/cron";
+import type { RoutedMessage } from "../domain/inbound";
+import { resolveOverlap, type OverlapView } from "../domain/overlap";
+import { isOpenRun, leaseUntil } from "../domain/turn-hold";
+import { newId } from "../ids";
+import { configFor, dispatchWork, type RouterContext } from "./context";
+import type { WaitingRow } from "./waiting";
+
+export class Queue {
+  constructor(private readonly ctx: RouterContext) {}
+
+  /** The effective OVERLAP settings of a platform and chat type. */
+  settingsFor(platform: string, chatType: string): OverlapView {
+    return resolveOverlap(configFor(this.ctx).overlap, platform, chatType);
+  }
+
+  /**
+   * Whether a message for `sessionId` (the entry's session) waits: in `queue` mode
+   * (and `interrupt`, until it revokes), while a run of that session is unfinished
+   * or other messages already wait. Reads only the object's storage, so a waiting
+   * message costs the webhook's path no D1 round trip.
+   */
+  shouldWait(message: RoutedMessage, sessionId: string | undefined): boolean {
+    if (!sessionId || message.platform === CRON_PLATFORM) return false;
+    if (this.settingsFor(message.platform, message.chatType).mode === "concurrent") return false;
+    return this.unfinishedIn(sessionId) || this.ctx.waiting.count(sessionId) > 0;
+  }
+
+  /** A run of the session is unfinished: its hand-off is in the outbox, or the agent accepted it. */
+  unfinishedIn(sessionId: string): boolean {
+    const { outbox, waiting } = this.ctx;
+    return (
+      outbox.all("run").some((item) => item.payload.sessionId === sessionId) || waiting.accepted(sessionId).length > 0
+    );
+  }
+
+  /**
+   * Dispatches what waits wherever nothing is unfinished any more: one run per
+   * session, carrying its waiting messages oldest first (at most `max_batch`; more
+   * wait for the next run). Accepted runs are checked against D1 first (finished,
+   * revoked, failed for good or past their lease: over), and messages staged before
+   * a restart are confirmed against their dedupe mark (never stored: dropped).
+   */
+  async pump(now: number): Promise<void> {
+    const { waiting, db } = this.ctx;
+    if (waiting.count() === 0) return;
+    for (const row of waiting.all().filter((r) => !r.confirmed)) {
+      const [seen] = await db.batch(selectDedupe(row.message.platform, row.eventId, now));
+      const mark = seen[0];
+      if (mark?.session_id && mark.run_id === null) waiting.confirm(row.eventId, mark.session_id);
+      else waiting.remove([row.eventId]);
+    }
+    const sessions = [...new Set(waiting.all().map((row) => row.sessionId))];
+    for (const sessionId of sessions) {
+      for (const runId of waiting.accepted(sessionId)) {
+        const [runs] = await db.batch(selectRun(db, runId));
+        const run = runs[0];
+        if (!run || !isOpenRun(run) || leaseUntil(run) <= now) waiting.over(runId);
+      }
+      if (this.unfinishedIn(sessionId)) continue;
+      this.dispatch(sessionId, now);
+    }
+  }
+
+  /** Stages one run carrying the session's oldest waiting messages, and takes them off the list. */
+  private dispatch(sessionId: string, now: number): void {
+    const { waiting, outbox, entry, confirmedRuns } = this.ctx;
+    const rows: WaitingRow[] = waiting.all().filter((row) => row.sessionId === sessionId && row.confirmed);
+    const first = rows[0];
+    if (!first) return;
+    const settings = this.settingsFor(first.message.platform, first.message.chatType);
+    const carried = rows.slice(0, settings.max_batch).map((row) => row.message);
+    const newest = carried[carried.length - 1]!;
+    const current = entry.entry;
+    const isEntrySession = current?.sessionId === sessionId;
+    const firstRun = isEntrySession && current.firstRunPending;
+    const work = {
+      ...dispatchWork(newId("run"), newest, {
+        sessionId,
+        isNew: firstRun,
+        parentId: isEntrySession ? current.parentId : null,
+        reset: firstRun ? current.reset : null,
+      }),
+      messages: carried,
+    };
+    // One synchronous step: the run is staged and its messages leave the list together.
+    outbox.stage(work.runId, "run", work, now);
+    waiting.remove(carried.map((m) => m.eventId));
+    confirmedRuns.add(work.runId);
+    if (firstRun) entry.update({ firstRunPending: false });
+  }
+}
