@@ -239,6 +239,29 @@ describe("queue: the agent accepts (202) and replies through the run API", () =>
   });
 });
 
+describe("queue: expiry waits for the waiting messages too (invariant 6)", () => {
+  it("an accepted run gone silent past the deadline: the message behind it is handed over, not dropped", async () => {
+    useConfig(agentConfig({ HOOK_URLS: "", SESSION_RESET: JSON.stringify({ mode: "idle", idle_minutes: 5 }) }));
+    services = fakeServices((request) =>
+      request.json.message.text === "one" ? accepted() : replyWith(`re: ${request.json.message.text}`),
+    );
+    const chat = unique("chat");
+    const key = genericKey(chat);
+    const one = await send({ chat_id: chat, text: "one" });
+    await runAlarm(key);
+    setNow(T0 + 1);
+    await send({ chat_id: chat, text: "two" });
+    // Past the idle deadline (5 minutes) and past run one's lease (10 minutes).
+    setNow(T0 + RUN_LEASE_MS + 1);
+    await runAlarm(key);
+    await router(key).drained();
+    await runAlarm(key);
+    expect(callTexts()).toEqual([["one"], ["two"]]);
+    expect(services.replies().map((r) => r.text)).toEqual(["re: two"]);
+    expect((await messagesOf(one.body.session_id)).map((m) => m.text)).toEqual(["one", "two", "re: two"]);
+  });
+});
+
 describe("queue: the agent fails for good (4xx)", () => {
   it("the failed run is over: what waited gets its run", async () => {
     services = fakeServices((request) =>
