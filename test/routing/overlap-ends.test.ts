@@ -135,4 +135,28 @@ describe("the end of a session with messages waiting", () => {
       .all<{ revoked_reason: string }>();
     expect(runs.results.map((r) => r.revoked_reason)).toEqual(["stopped"]);
   });
+
+  it("an end written by SQL: the waiting messages are recorded session_ended when the object next looks", async () => {
+    services = fakeServices(() => new Response("down", { status: 503 }));
+    const chat = unique("chat");
+    const key = genericKey(chat);
+    const one = await send({ chat_id: chat, text: "one" });
+    await runAlarm(key);
+    setNow(T0 + 1);
+    await send({ chat_id: chat, text: "two" });
+    await env.DB.prepare(`UPDATE sessions SET end_reason = 'admin', ended_at = ? WHERE id = ?`)
+      .bind(T0 + 2, one.body.session_id)
+      .run();
+    services.restore();
+    services = fakeServices(() => replyWith("answer"));
+    setNow(T0 + 60_000);
+    await runAlarm(key);
+    await router(key).drained();
+    await runAlarm(key);
+    expect(services.agentCalls()).toEqual([]);
+    expect((await userMessages(one.body.session_id)).map((m) => [m.text, m.not_dispatched])).toEqual([
+      ["one", null],
+      ["two", "session_ended"],
+    ]);
+  });
 });

@@ -305,6 +305,30 @@ describe("waiting messages survive a restart of the routing object", () => {
     ]);
   });
 
+  it("a run staged for waiting messages before the restart is handed over by the fresh instance", async () => {
+    services = fakeServices((request) => (request.json.message.text === "one" ? accepted() : replyWith("ok")));
+    const chat = unique("chat");
+    const key = genericKey(chat);
+    const one = await send({ chat_id: chat, text: "one" });
+    await runAlarm(key);
+    const first = services.agentCalls()[0]!.json;
+    setNow(T0 + 1);
+    await send({ chat_id: chat, text: "two" });
+    // The reply through the API stages the run that carries "two"; then the object restarts.
+    await agentApi(`/v1/runs/${first.run_id}/reply`, first.run_token, { text: "to one" });
+    expect((await router(key).outbox()).filter((item) => item.kind === "run")).toHaveLength(1);
+    await runInDurableObject(router(key), async (_instance, state) => {
+      const fresh = new SessionRouter(state, env);
+      await fresh.alarm();
+      await fresh.drained();
+    });
+    expect(callTexts()).toEqual([["one"], ["two"]]);
+    expect(await carriedTexts(one.body.session_id)).toEqual([
+      ["one", ["one"], null],
+      ["two", ["two"], null],
+    ]);
+  });
+
   it("a message staged to wait whose batch never reached D1 is dropped, not handed over", async () => {
     services = fakeServices(() => replyWith("ok"));
     const chat = unique("chat");
