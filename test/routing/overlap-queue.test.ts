@@ -346,7 +346,10 @@ describe("waiting messages survive a restart of the routing object", () => {
     });
     await runAlarm(key);
     await router(key).drained();
+    await runAlarm(key);
+    await router(key).drained();
     expect(callTexts()).toEqual([["one"]]);
+    expect(await router(key).outbox()).toEqual([]);
   });
 });
 
