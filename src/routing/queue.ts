@@ -6,7 +6,9 @@
  * the same outbox as every hand-off, in the same synchronous step that takes them
  * out of the waiting list, so no message is carried twice nor lost by a restart.
  */
+import { releaseMessages, revokeInterrupted } from "../db/overlap";
 import { selectRun } from "../db/runs";
+import { backoffDelay } from "../http/backoff";
 import { selectDedupe } from "../db/sessions";
 import { CRON_PLATFORM } from "../domain/cron";
 import type { RoutedMessage } from "../domain/inbound";
@@ -15,6 +17,7 @@ import { isOpenRun, leaseUntil } from "../domain/turn-hold";
 import { newId } from "../ids";
 import { configFor, dispatchWork, type RouterContext } from "./context";
 import type { WaitingRow } from "./waiting";
+import { carriedBy } from "./work";
 
 export class Queue {
   constructor(private readonly ctx: RouterContext) {}
@@ -67,19 +70,74 @@ export class Queue {
         const run = runs[0];
         if (!run || !isOpenRun(run) || leaseUntil(run) <= now) waiting.over(runId);
       }
-      if (this.unfinishedIn(sessionId)) continue;
-      this.dispatch(sessionId, now);
+      if (!this.unfinishedIn(sessionId)) this.dispatch(sessionId, now);
+      else if (this.modeOf(sessionId) === "interrupt") await this.interrupt(sessionId, now);
     }
   }
 
+  /**
+   * When waiting messages are due for their run, for the alarm plan: now, while a
+   * session in `interrupt` mode has a message waiting behind an unfinished run (the
+   * webhook's path only stores it; the alarm carries the interrupt out, so the
+   * webhook costs what it always did). Backs off while the interrupt fails (D1 down).
+   */
+  dueAt(now: number): number | null {
+    const { waiting } = this.ctx;
+    if (waiting.count() === 0) return null;
+    const sessions = new Set(waiting.all().map((row) => row.sessionId));
+    const pending = [...sessions].some((id) => this.modeOf(id) === "interrupt" && this.unfinishedIn(id));
+    return pending ? now + (this.interruptFailures === 0 ? 0 : backoffDelay(this.interruptFailures)) : null;
+  }
+
+  private interruptFailures = 0;
+
+  /** The mode of a session's waiting messages (they share one conversation, so one platform and chat type). */
+  private modeOf(sessionId: string): string {
+    const first = this.ctx.waiting.all().find((row) => row.sessionId === sessionId);
+    return first ? this.settingsFor(first.message.platform, first.message.chatType).mode : "queue";
+  }
+
+  /**
+   * `interrupt`: the session's unfinished runs are revoked as `superseded` (their
+   * heartbeat says so; a reply, even a 200 already on its way, is never recorded nor
+   * delivered) and their messages wait again in D1; then one run carries them and
+   * the waiting ones. The revoked runs leave the outbox (or the accepted list) in
+   * the same synchronous step that stages their replacement, so a restart between
+   * the D1 batch and that step simply does the interrupt again.
+   */
+  private async interrupt(sessionId: string, now: number): Promise<void> {
+    const { outbox, waiting, db } = this.ctx;
+    const items = outbox.all("run").filter((item) => item.payload.sessionId === sessionId);
+    const acceptedIds = waiting.accepted(sessionId);
+    const carried = [
+      ...items.flatMap((item) => carriedBy(item.payload)),
+      ...acceptedIds.flatMap((runId) => waiting.acceptedMessages(runId)),
+    ];
+    const revoked = [...items.map((item) => item.id), ...acceptedIds];
+    try {
+      await db.batch(...revoked.flatMap((runId) => [revokeInterrupted(runId), releaseMessages(sessionId, runId)]));
+    } catch (error) {
+      this.interruptFailures += 1;
+      throw error;
+    }
+    this.interruptFailures = 0;
+    for (const item of items) outbox.complete(item.id);
+    for (const runId of acceptedIds) waiting.over(runId);
+    this.dispatch(sessionId, now, carried);
+  }
+
   /** Stages one run carrying the session's oldest waiting messages, and takes them off the list. */
-  private dispatch(sessionId: string, now: number): void {
+  private dispatch(sessionId: string, now: number, revoked: RoutedMessage[] = []): void {
     const { waiting, outbox, entry, confirmedRuns } = this.ctx;
     const rows: WaitingRow[] = waiting.all().filter((row) => row.sessionId === sessionId && row.confirmed);
     const first = rows[0];
     if (!first) return;
     const settings = this.settingsFor(first.message.platform, first.message.chatType);
-    const carried = rows.slice(0, settings.max_batch).map((row) => row.message);
+    // An interrupt's new run carries every message of the runs it revoked (never left behind), then the waiting ones.
+    const carried = [
+      ...revoked,
+      ...rows.slice(0, Math.max(settings.max_batch - revoked.length, 1)).map((row) => row.message),
+    ];
     const newest = carried[carried.length - 1]!;
     const current = entry.entry;
     const isEntrySession = current?.sessionId === sessionId;

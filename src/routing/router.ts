@@ -90,6 +90,7 @@ export class SessionRouter extends DurableObject<Env> {
       draining: this.outboxUnit.draining,
       liveDeadline: this.entry.liveDeadline,
       hasEntry: this.entry.entry !== null,
+      waitingDueAt: this.queue.dueAt(clockNow()),
     }));
     const context: RouterContext = {
       env,

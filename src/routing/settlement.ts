@@ -16,6 +16,7 @@ import { holdOf, RUN_LEASE_MS } from "../domain/turn-hold";
 import { countEnded } from "../metrics";
 import type { AlarmPlan } from "./alarm";
 import { eventStatusFor, policyFor, revokedAndEnded, stageEvents, type RouterContext } from "./context";
+import type { RoutedMessage } from "../domain/inbound";
 import type { OutboxItem } from "./outbox-table";
 import type { Queue } from "./queue";
 
@@ -204,13 +205,13 @@ export class Settlement {
   }
 
   /** The agent took the turn and answers later (202): expect to hear from it within the lease. */
-  async expectHeartbeats(sessionId: string, runId: string, now: number): Promise<void> {
+  async expectHeartbeats(sessionId: string, runId: string, carried: RoutedMessage[], now: number): Promise<void> {
     const { db, entry } = this.ctx;
     // The lease runs from the acceptance, not from the first attempt (which may be
     // long ago when the agent was down): a late acceptance is not a vanished owner.
     const heard = markRunAccepted(runId, now);
     // Unfinished until its reply, revocation or lease lapse: messages arriving meanwhile wait (queue mode).
-    this.ctx.waiting.accept(runId, sessionId);
+    this.ctx.waiting.accept(runId, sessionId, carried);
     if (!entry.isLive(sessionId)) {
       await db.batch(heard);
       return;

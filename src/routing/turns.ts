@@ -74,7 +74,9 @@ export class Turns {
       const outcome = await handToAgent(config, config.agentUrl, agentRequest(work));
       if (outcome.kind === "accepted") {
         outbox.complete(item.id);
-        await mutex.run(() => this.settlement.expectHeartbeats(work.sessionId, work.runId, clockNow()));
+        await mutex.run(() =>
+          this.settlement.expectHeartbeats(work.sessionId, work.runId, carriedBy(work), clockNow()),
+        );
         return;
       }
       if (outcome.kind === "retry" || outcome.kind === "failed") {

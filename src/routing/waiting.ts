@@ -33,7 +33,9 @@ export class WaitingRoom {
     sql.exec(`CREATE TABLE IF NOT EXISTS overlap_waiting (
       seq INTEGER PRIMARY KEY AUTOINCREMENT, event_id TEXT NOT NULL UNIQUE, session_id TEXT NOT NULL,
       received_at INTEGER NOT NULL, message TEXT NOT NULL, confirmed INTEGER NOT NULL DEFAULT 0)`);
-    sql.exec(`CREATE TABLE IF NOT EXISTS overlap_accepted (run_id TEXT PRIMARY KEY, session_id TEXT NOT NULL)`);
+    sql.exec(
+      `CREATE TABLE IF NOT EXISTS overlap_accepted (run_id TEXT PRIMARY KEY, session_id TEXT NOT NULL, messages TEXT NOT NULL)`,
+    );
   }
 
   /** Stages a message that waits, before the D1 batch that stores it. */
@@ -91,8 +93,24 @@ export class WaitingRoom {
   }
 
   /** The agent accepted `runId` (202): it is unfinished until its reply, revocation or lease lapse. */
-  accept(runId: string, sessionId: string): void {
-    metered(this.sql, `INSERT OR REPLACE INTO overlap_accepted (run_id, session_id) VALUES (?, ?)`, runId, sessionId);
+  accept(runId: string, sessionId: string, messages: readonly RoutedMessage[]): void {
+    metered(
+      this.sql,
+      `INSERT OR REPLACE INTO overlap_accepted (run_id, session_id, messages) VALUES (?, ?, ?)`,
+      runId,
+      sessionId,
+      JSON.stringify(messages),
+    );
+  }
+
+  /** The messages an accepted run carries (an interrupt hands them to the run that replaces it). */
+  acceptedMessages(runId: string): RoutedMessage[] {
+    const [row] = metered<{ messages: string }>(
+      this.sql,
+      `SELECT messages FROM overlap_accepted WHERE run_id = ?`,
+      runId,
+    );
+    return row ? (JSON.parse(row.messages) as RoutedMessage[]) : [];
   }
 
   /** The accepted run is over (finished, revoked, failed or lapsed). */
