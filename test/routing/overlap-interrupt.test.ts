@@ -11,6 +11,7 @@ import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import {
   T0,
   adminFetch,
+  alarmOf,
   genericKey,
   messagesOf,
   restoreClock,
@@ -53,6 +54,8 @@ describe("interrupt: the agent accepted the run (202)", () => {
     const first = services.agentCalls()[0]!.json;
     setNow(T0 + 1);
     const two = await send({ chat_id: chat, text: "two" });
+    // The interrupt is the alarm's to carry out, at once (the run's lease alone would wait 10 minutes).
+    expect(await alarmOf(key)).toBeLessThanOrEqual(T0 + 2);
     expect(two).toMatchObject({
       status: 200,
       body: { accepted: true, duplicate: false, session_id: one.body.session_id },
