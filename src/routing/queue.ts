@@ -139,6 +139,8 @@ export class Queue {
       ...rows.slice(0, Math.max(settings.max_batch - revoked.length, 1)).map((row) => row.message),
     ];
     const newest = carried[carried.length - 1]!;
+    // Messages stored before a rotation keep their rows in the parent (their run_id is set there).
+    const movedFrom = [...new Set(rows.map((row) => row.storedIn))].filter((id) => id !== sessionId);
     const current = entry.entry;
     const isEntrySession = current?.sessionId === sessionId;
     const firstRun = isEntrySession && current.firstRunPending;
@@ -150,6 +152,7 @@ export class Queue {
         reset: firstRun ? current.reset : null,
       }),
       messages: carried,
+      ...(movedFrom.length > 0 ? { movedFrom } : {}),
     };
     // One synchronous step: the run is staged and its messages leave the list together.
     outbox.stage(work.runId, "run", work, now);

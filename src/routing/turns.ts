@@ -346,12 +346,11 @@ export class Turns {
 function carryStatements(work: RunWork): Statement<number>[] {
   if (!work.messages) return [];
   const carried = carriedBy(work);
+  const eventIds = carried.map((m) => m.eventId);
+  // Where its messages are stored: this session, or a parent a rotation moved them on from.
+  const storedIn = [...new Set([work.sessionId, ...(work.movedFrom ?? [])])];
   return [
-    attachMessages(
-      work.sessionId,
-      work.runId,
-      carried.map((m) => m.eventId),
-    ),
+    ...storedIn.map((sessionId) => attachMessages(sessionId, work.runId, eventIds)),
     setRunMessages(work.runId, carried.map(handoffMessage)),
     markEndedNotDispatched(work.sessionId),
   ];

@@ -15,7 +15,10 @@ import { metered } from "./outbox-table";
 /** One waiting message as stored. */
 export interface WaitingRow {
   eventId: string;
+  /** The session whose next run carries it (a rotation moves it to the continuation). */
   sessionId: string;
+  /** The session D1 stored it in (its `run_id` is set there). */
+  storedIn: string;
   message: RoutedMessage;
   /** D1 has the message (false only for a row staged before a batch whose outcome a restart lost). */
   confirmed: boolean;
@@ -24,6 +27,7 @@ export interface WaitingRow {
 interface WaitingSqlRow extends Record<string, SqlStorageValue> {
   event_id: string;
   session_id: string;
+  stored_in: string;
   message: string;
   confirmed: number;
 }
@@ -32,7 +36,7 @@ export class WaitingRoom {
   constructor(private readonly sql: SqlStorage) {
     sql.exec(`CREATE TABLE IF NOT EXISTS overlap_waiting (
       seq INTEGER PRIMARY KEY AUTOINCREMENT, event_id TEXT NOT NULL UNIQUE, session_id TEXT NOT NULL,
-      received_at INTEGER NOT NULL, message TEXT NOT NULL, confirmed INTEGER NOT NULL DEFAULT 0)`);
+      stored_in TEXT NOT NULL, received_at INTEGER NOT NULL, message TEXT NOT NULL, confirmed INTEGER NOT NULL DEFAULT 0)`);
     sql.exec(
       `CREATE TABLE IF NOT EXISTS overlap_accepted (run_id TEXT PRIMARY KEY, session_id TEXT NOT NULL, messages TEXT NOT NULL)`,
     );
@@ -42,8 +46,10 @@ export class WaitingRoom {
   add(sessionId: string, message: RoutedMessage): void {
     metered(
       this.sql,
-      `INSERT OR REPLACE INTO overlap_waiting (event_id, session_id, received_at, message, confirmed) VALUES (?, ?, ?, ?, 0)`,
+      `INSERT OR REPLACE INTO overlap_waiting (event_id, session_id, stored_in, received_at, message, confirmed)
+        VALUES (?, ?, ?, ?, ?, 0)`,
       message.eventId,
+      sessionId,
       sessionId,
       message.receivedAt,
       JSON.stringify(message),
@@ -54,7 +60,8 @@ export class WaitingRoom {
   confirm(eventId: string, sessionId: string): void {
     metered(
       this.sql,
-      `UPDATE overlap_waiting SET confirmed = 1, session_id = ? WHERE event_id = ?`,
+      `UPDATE overlap_waiting SET confirmed = 1, session_id = ?, stored_in = ? WHERE event_id = ?`,
+      sessionId,
       sessionId,
       eventId,
     );
@@ -68,10 +75,11 @@ export class WaitingRoom {
   all(): WaitingRow[] {
     return metered<WaitingSqlRow>(
       this.sql,
-      `SELECT event_id, session_id, message, confirmed FROM overlap_waiting ORDER BY received_at, seq`,
+      `SELECT event_id, session_id, stored_in, message, confirmed FROM overlap_waiting ORDER BY received_at, seq`,
     ).map((row) => ({
       eventId: row.event_id,
       sessionId: row.session_id,
+      storedIn: row.stored_in,
       message: JSON.parse(row.message) as RoutedMessage,
       confirmed: row.confirmed === 1,
     }));
@@ -90,6 +98,12 @@ export class WaitingRoom {
   dropSession(sessionId: string): void {
     metered(this.sql, `DELETE FROM overlap_waiting WHERE session_id = ?`, sessionId);
     metered(this.sql, `DELETE FROM overlap_accepted WHERE session_id = ?`, sessionId);
+  }
+
+  /** A rotation: what waits in `from`, and its accepted runs, go on in the continuation `to`. */
+  moveSession(from: string, to: string): void {
+    metered(this.sql, `UPDATE overlap_waiting SET session_id = ? WHERE session_id = ?`, to, from);
+    metered(this.sql, `UPDATE overlap_accepted SET session_id = ? WHERE session_id = ?`, to, from);
   }
 
   /** The agent accepted `runId` (202): it is unfinished until its reply, revocation or lease lapse. */

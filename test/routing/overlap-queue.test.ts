@@ -47,7 +47,10 @@ async function sessionAnswer(sessionId: string): Promise<{ messages: any[]; runs
 /** Each user message's text with the texts its run carries (null while it waits). */
 async function carriedTexts(sessionId: string): Promise<[string, string[] | null, string | null][]> {
   const { messages } = await sessionAnswer(sessionId);
-  const runs = await env.DB.prepare(`SELECT id, message, messages FROM runs WHERE session_id = ?`)
+  // Every run of the key: a rotation moves runs to the continuation.
+  const runs = await env.DB.prepare(
+    `SELECT id, message, messages FROM runs WHERE session_key = (SELECT session_key FROM sessions WHERE id = ?)`,
+  )
     .bind(sessionId)
     .all<{ id: string; message: string; messages: string | null }>();
   const byId = new Map(runs.results.map((r) => [r.id, r]));
@@ -262,6 +265,34 @@ describe("queue: expiry waits for the waiting messages too (invariant 6)", () =>
   });
 });
 
+describe("queue: a rotation while messages wait", () => {
+  it("what waited in the parent is carried by the continuation's next run", async () => {
+    services = fakeServices((request) => (request.json.message.text === "one" ? accepted() : replyWith("re: two")));
+    const chat = unique("chat");
+    const key = genericKey(chat);
+    const one = await send({ chat_id: chat, text: "one" });
+    await runAlarm(key);
+    const first = services.agentCalls()[0]!.json;
+    setNow(T0 + 1);
+    await send({ chat_id: chat, text: "two" });
+    const rotated = await agentApi(`/v1/sessions/${one.body.session_id}/rotate`, first.run_token, {
+      reason: "compression",
+    });
+    const continuation = rotated.body.session_id as string;
+    setNow(T0 + 2);
+    await agentApi(`/v1/runs/${first.run_id}/reply`, first.run_token, { text: "to one" });
+    await router(key).drained();
+    await runAlarm(key);
+    expect(callTexts()).toEqual([["one"], ["two"]]);
+    expect(services.agentCalls()[1]!.json.session).toMatchObject({ id: continuation, parent_id: one.body.session_id });
+    expect(await carriedTexts(one.body.session_id)).toEqual([
+      ["one", ["one"], null],
+      ["two", ["two"], null],
+    ]);
+    expect(services.replies().map((r) => r.text)).toEqual(["to one", "re: two"]);
+  });
+});
+
 describe("queue: the agent fails for good (4xx)", () => {
   it("the failed run is over: what waited gets its run", async () => {
     services = fakeServices((request) =>
@@ -337,8 +368,10 @@ describe("waiting messages survive a restart of the routing object", () => {
     // What a kill before the batch leaves: a waiting row, unconfirmed, with no message in D1.
     await runInDurableObject(router(key), (_instance, state) => {
       state.storage.sql.exec(
-        `INSERT INTO overlap_waiting (event_id, session_id, received_at, message, confirmed) VALUES (?, ?, ?, ?, 0)`,
+        `INSERT INTO overlap_waiting (event_id, session_id, stored_in, received_at, message, confirmed)
+          VALUES (?, ?, ?, ?, ?, 0)`,
         "evt-never-stored",
+        one.body.session_id,
         one.body.session_id,
         T0,
         JSON.stringify({ eventId: "evt-never-stored", platform: "generic", text: "ghost", sessionKey: key }),
