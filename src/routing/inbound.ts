@@ -117,29 +117,41 @@ export class Inbound {
   ): Promise<RpcResult<AcceptedBody>> {
     const { outbox, entry, waiting } = this.ctx;
     const now = message.receivedAt;
-    const predicted = entry.entry!;
+    const predicted = { sessionId: entry.entry?.sessionId ?? "", parentId: entry.entry?.parentId ?? null };
     const work = dispatchWork(runId, message, {
       sessionId: predicted.sessionId,
       isNew: false,
       parentId: predicted.parentId,
       reset: null,
     });
-    waiting.add(predicted.sessionId, message);
+    // Storing claims the session's first run for this message's run; a waiting message
+    // has none, so the claim is given back for the run that will carry it.
+    const firstPending = entry.entry?.firstRunPending ?? false;
+    const added = waiting.add(predicted.sessionId, message);
     let stored: StoredMessage;
     try {
       stored = await this.storeMessage(message, work, policy, null);
     } catch (error) {
-      waiting.remove([message.eventId]);
+      if (added) waiting.remove([message.eventId]);
       throw error;
     }
     const decision = stored.decision;
     if (stored.duplicate) {
-      waiting.remove([message.eventId]);
+      if (added) waiting.remove([message.eventId]);
       metrics.duplicates += 1;
       return { status: 200, body: { accepted: true, session_id: stored.sessionId, duplicate: true, decision } };
     }
-    if (stored.sessionId === predicted.sessionId) waiting.confirm(message.eventId, stored.sessionId);
-    else {
+    const debounced = this.queue.settingsFor(message.platform, message.chatType).debounce_ms > 0;
+    if (stored.sessionId === predicted.sessionId) {
+      waiting.confirm(message.eventId, stored.sessionId);
+      if (firstPending) entry.update({ firstRunPending: true });
+    } else if (debounced) {
+      // A new session: the message waits there for its window (the end of the old one dropped its row).
+      waiting.add(stored.sessionId, message);
+      waiting.confirm(message.eventId, stored.sessionId);
+      // Its first run, dispatched by the alarm, is still the session's first (is_new, reset).
+      if (stored.work.isNew) entry.update({ firstRunPending: true });
+    } else {
       // One synchronous step: off the list, into the outbox as the run that carries it.
       waiting.remove([message.eventId]);
       outbox.stage(runId, "run", { ...stored.work, messages: [message] }, now);

@@ -34,9 +34,22 @@ export class Queue {
    * message costs the webhook's path no D1 round trip.
    */
   shouldWait(message: RoutedMessage, sessionId: string | undefined): boolean {
-    if (!sessionId || message.platform === CRON_PLATFORM) return false;
-    if (this.settingsFor(message.platform, message.chatType).mode === "concurrent") return false;
+    if (message.platform === CRON_PLATFORM) return false;
+    const settings = this.settingsFor(message.platform, message.chatType);
+    // With debounce_ms every message waits: the alarm dispatches the window's run.
+    if (settings.debounce_ms > 0) return true;
+    if (!sessionId || settings.mode === "concurrent") return false;
     return this.unfinishedIn(sessionId) || this.ctx.waiting.count(sessionId) > 0;
+  }
+
+  /** With `debounce_ms`, once nothing new came for that long after the newest waiting message; else null. */
+  private quietAt(sessionId: string): number | null {
+    const rows = this.ctx.waiting.all().filter((row) => row.sessionId === sessionId);
+    const newest = rows[rows.length - 1];
+    if (!newest) return null;
+    const { debounce_ms } = this.settingsFor(newest.message.platform, newest.message.chatType);
+    if (debounce_ms === 0) return null;
+    return Math.max(...rows.map((row) => row.message.receivedAt)) + debounce_ms;
   }
 
   /** A run of the session is unfinished: its hand-off is in the outbox, or the agent accepted it. */
@@ -70,7 +83,10 @@ export class Queue {
         const run = runs[0];
         if (!run || !isOpenRun(run) || leaseUntil(run) <= now) waiting.over(runId);
       }
-      if (!this.unfinishedIn(sessionId)) this.dispatch(sessionId, now);
+      const quietAt = this.quietAt(sessionId);
+      if (quietAt !== null && now < quietAt) continue;
+      // concurrent: runs never wait for each other (only for the debounce window).
+      if (this.modeOf(sessionId) === "concurrent" || !this.unfinishedIn(sessionId)) this.dispatch(sessionId, now);
       else if (this.modeOf(sessionId) === "interrupt") await this.interrupt(sessionId, now);
     }
   }
@@ -84,9 +100,19 @@ export class Queue {
   dueAt(now: number): number | null {
     const { waiting } = this.ctx;
     if (waiting.count() === 0) return null;
-    const sessions = new Set(waiting.all().map((row) => row.sessionId));
-    const pending = [...sessions].some((id) => this.modeOf(id) === "interrupt" && this.unfinishedIn(id));
-    return pending ? now + (this.interruptFailures === 0 ? 0 : backoffDelay(this.interruptFailures)) : null;
+    const due: number[] = [];
+    for (const id of new Set(waiting.all().map((row) => row.sessionId))) {
+      const mode = this.modeOf(id);
+      const quietAt = this.quietAt(id);
+      // queue: behind an unfinished run, the run's end (not the clock) dispatches what waits.
+      if (mode === "queue" && this.unfinishedIn(id)) continue;
+      if (mode === "interrupt" && this.unfinishedIn(id))
+        due.push(
+          Math.max(quietAt ?? now, now + (this.interruptFailures === 0 ? 0 : backoffDelay(this.interruptFailures))),
+        );
+      else if (quietAt !== null) due.push(quietAt);
+    }
+    return due.length === 0 ? null : Math.min(...due);
   }
 
   private interruptFailures = 0;

@@ -42,11 +42,17 @@ export class WaitingRoom {
     );
   }
 
-  /** Stages a message that waits, before the D1 batch that stores it. */
-  add(sessionId: string, message: RoutedMessage): void {
+  /**
+   * Stages a message that waits, before the D1 batch that stores it. False (and
+   * nothing written) when it already waits: a platform's resend must not replace,
+   * nor on its duplicate answer remove, the row of the message it repeats.
+   */
+  add(sessionId: string, message: RoutedMessage): boolean {
+    const known = metered(this.sql, `SELECT 1 AS one FROM overlap_waiting WHERE event_id = ?`, message.eventId);
+    if (known.length > 0) return false;
     metered(
       this.sql,
-      `INSERT OR REPLACE INTO overlap_waiting (event_id, session_id, stored_in, received_at, message, confirmed)
+      `INSERT INTO overlap_waiting (event_id, session_id, stored_in, received_at, message, confirmed)
         VALUES (?, ?, ?, ?, ?, 0)`,
       message.eventId,
       sessionId,
@@ -54,6 +60,7 @@ export class WaitingRoom {
       message.receivedAt,
       JSON.stringify(message),
     );
+    return true;
   }
 
   /** D1 stored the message in `sessionId`. */

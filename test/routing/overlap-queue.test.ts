@@ -110,6 +110,19 @@ describe("queue: the agent answers at once (fast)", () => {
     expect(runs.map((r: any) => r.status)).toEqual(["finished", "finished"]);
   });
 
+  it("a platform's resend of a waiting message is a duplicate, and the message still gets its run", async () => {
+    services = fakeServices((request) => replyWith(`re: ${request.json.message.text}`));
+    const chat = unique("chat");
+    const key = genericKey(chat);
+    await send({ chat_id: chat, text: "one" });
+    const two = await send({ chat_id: chat, text: "two" });
+    const resent = await send({ chat_id: chat, text: "two", event_id: two.eventId });
+    expect(resent).toMatchObject({ status: 200, body: { duplicate: true, session_id: two.body.session_id } });
+    await runAlarm(key);
+    await router(key).drained();
+    expect(callTexts()).toEqual([["one"], ["two"]]);
+  });
+
   it("at most max_batch messages a run; the rest wait for the next", async () => {
     useConfig(agentConfig({ HOOK_URLS: "", OVERLAP: JSON.stringify({ max_batch: 2 }) }));
     services = fakeServices(() => replyWith("ok"));
