@@ -1,5 +1,5 @@
 import { cloudflareTest, readD1Migrations } from "@cloudflare/vitest-pool-workers";
-import { defineConfig } from "vitest/config";
+import { configDefaults, defineConfig } from "vitest/config";
 
 /** MODEL_STEPS, MODEL_SEED, MODEL_PATH, MODEL_MAX_COMMANDS, MODEL_TIMEOUT_MS, MODEL_TRACE from the environment, when set. */
 function modelTestBindings(): Record<string, string> {
@@ -39,6 +39,11 @@ export default defineConfig(async () => {
       }),
     ],
     // The gateway logs a JSON line per routed message: shown only for failing tests.
-    test: { setupFiles: ["./test/setup.ts"], silent: "passed-only" as const },
+    test: {
+      setupFiles: ["./test/setup.ts"],
+      silent: "passed-only" as const,
+      // A failed mutation run (npm run mutate) leaves instrumented copies of the repo there.
+      exclude: [...configDefaults.exclude, ".stryker-tmp/**"],
+    },
   };
 });

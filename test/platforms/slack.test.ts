@@ -4,7 +4,7 @@
  * commands answered in the response, and replies through `chat.postMessage`,
  * with retryable and permanent failures visible in the operator API.
  */
-import { env, exports } from "cloudflare:workers";
+import { exports } from "cloudflare:workers";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { hmacSha256Hex } from "../../src/crypto";
 import { accepted, agentApi, AGENT_TOKEN, AGENT_URL } from "../agent/support";
@@ -30,7 +30,6 @@ import {
   restoreClock,
   router,
   runAlarm,
-  sessionRow,
   sessionsOfKey,
   setNow,
   unique,
@@ -39,6 +38,7 @@ import {
   tableCounts,
   deliveriesOf,
 } from "../helpers";
+import { adapterContract } from "./contract";
 
 const SIGNING_SECRET = "8f742231b10e8888abcd99yyyzzz85a5";
 const BOT_TOKEN = "xoxb-test-bot-token";
@@ -141,6 +141,35 @@ function slashFields(ids: { channel: string; user: string; command?: string; cha
 
 const dmKey = (channel: string) => `slack:dm:${channel}`;
 const channelKey = (channel: string, user: string) => `slack:channel:${channel}:${user}`;
+
+// What every adapter must do (dedupe, commands, notices, delivery retries, no silent
+// drop), run with this file's requests and fake Web API.
+adapterContract({
+  platform: "slack",
+  chat: () => {
+    const channel = unique("D");
+    return { key: dmKey(channel), channel, user: unique("U") };
+  },
+  message: (chat, text) => eventFixture(messageIm, { channel: chat.channel, user: chat.user, text }),
+  eventId: (body) => body.event_id,
+  // Slack marks its own retries with X-Slack-Retry-Num; dedupe must not depend on it.
+  post: (body, redelivery = 0) =>
+    post(body, redelivery ? { headers: { ...retryHeaders, "x-slack-retry-num": String(redelivery) } } : {}),
+  accepted: {},
+  // Typed as a message, a command is answered in the chat (slash commands are below).
+  commandAnswer: { in: "chat" },
+  sends: () => posts().map(({ method, url, json }) => ({ method, url, json })),
+  sendTo: (chat, text) => ({ method: "POST", url: POST_MESSAGE, json: { channel: chat.channel, text } }),
+  answerNext: (...answers) => slackAnswers.push(...answers),
+  failures: {
+    serverErrors: [() => new Response("upstream down", { status: 503 })],
+    rateLimit: {
+      answer: () => new Response("", { status: 429, headers: { "retry-after": "7" } }),
+      retryAfterMs: 7_000,
+    },
+    permanent: [{ what: "an HTTP 400", answer: () => new Response("bad", { status: 400 }) }],
+  },
+});
 
 // ------------------------------------------------------------------ tests
 
@@ -410,31 +439,6 @@ describe("events that are not a user's new text: 200, nothing stored", () => {
   });
 });
 
-describe("dedupe (invariant 9)", () => {
-  it("a retry with X-Slack-Retry-Num and the same event_id is stored once and answered once", async () => {
-    const channel = unique("C");
-    const user = unique("U");
-    const body = eventFixture(messageChannel, { channel, user });
-    expect((await post(body)).status).toBe(200);
-    const retry = await post(body, { headers: retryHeaders });
-    expect(retry).toEqual({ status: 200, body: {} });
-    const sessions = await sessionsOfKey(channelKey(channel, user));
-    expect(sessions).toHaveLength(1);
-    expect(await messagesOf(sessions[0]!.id)).toHaveLength(1);
-    await runAlarm(channelKey(channel, user));
-    await runAlarm(channelKey(channel, user));
-    expect(posts()).toHaveLength(1);
-  });
-
-  it("a new event_id with the same text is a new message", async () => {
-    const channel = unique("D");
-    await post(eventFixture(messageIm, { channel }));
-    await post(eventFixture(messageIm, { channel }));
-    const [session] = await sessionsOfKey(dmKey(channel));
-    expect(await messagesOf(session!.id)).toHaveLength(2);
-  });
-});
-
 describe("slash commands", () => {
   it("/new in a DM ends that DM's session and is answered in the response only", async () => {
     const channel = unique("D");
@@ -514,40 +518,9 @@ describe("slash commands", () => {
     expect(response).toEqual({ status: 200, body: { response_type: "ephemeral", text: "Unknown command" } });
     expect(await tableCounts()).toEqual(before);
   });
-
-  it("/new typed as a message (not a slash command) is answered with chat.postMessage", async () => {
-    const channel = unique("D");
-    await post(eventFixture(messageIm, { channel }));
-    await runAlarm(dmKey(channel));
-    await post(eventFixture(messageIm, { channel, text: "/new" }));
-    await runAlarm(dmKey(channel));
-    expect(posts().map((c) => c.json)).toEqual([
-      { channel, text: "echo: hi bot" },
-      { channel, text: "Started a new session." },
-    ]);
-    const sessions = await sessionsOfKey(dmKey(channel));
-    expect(sessions.map((s) => s.end_reason)).toEqual(["new_command", null]);
-  });
 });
 
-describe("reset notice and progress", () => {
-  it("puts the reset notice on the first line of the first reply after an idle reset, and only there", async () => {
-    const channel = unique("D");
-    const key = dmKey(channel);
-    await post(eventFixture(messageIm, { channel, text: "before" }));
-    await runAlarm(key);
-    setNow(T0 + 2 * HOUR);
-    await post(eventFixture(messageIm, { channel, text: "after" }));
-    await runAlarm(key);
-    await post(eventFixture(messageIm, { channel, text: "again" }));
-    await runAlarm(key);
-    expect(posts().map((c) => c.json.text)).toEqual([
-      "echo: before",
-      "(Your previous conversation ended after a period of inactivity; this is a new one.)\necho: after",
-      "echo: again",
-    ]);
-  });
-
+describe("progress", () => {
   it("sends progress as a normal message in the conversation's thread", async () => {
     useConfig(slackConfig({ AGENT_URL, AGENT_TOKEN }));
     agentAnswer = accepted;
@@ -597,35 +570,6 @@ describe("send failures", () => {
     expect(posts()).toHaveLength(2);
   });
 
-  it("retries HTTP 429 after its Retry-After", async () => {
-    slackAnswers = [() => new Response("", { status: 429, headers: { "retry-after": "7" } })];
-    const { key, sessionId } = await firstReply();
-    expect(await deliveriesOf(sessionId)).toMatchObject([{ status: "pending", attempts: 1, last_status: 429 }]);
-    const [item] = (await router(key).outbox()).filter((i) => i.kind === "delivery");
-    expect(item!.dueAt).toBe(T0 + 7_000);
-    setNow(T0 + 6_000);
-    await runAlarm(key);
-    expect(posts()).toHaveLength(1); // not due yet
-    setNow(T0 + 7_000);
-    await runAlarm(key);
-    expect(await deliveriesOf(sessionId)).toMatchObject([{ status: "sent", attempts: 2 }]);
-  });
-
-  it("retries a 5xx", async () => {
-    slackAnswers = [() => new Response("upstream down", { status: 503 })];
-    const { key, sessionId } = await firstReply();
-    expect(await deliveriesOf(sessionId)).toMatchObject([{ status: "pending", attempts: 1, last_status: 503 }]);
-    const [item] = (await router(key).outbox()).filter((i) => i.kind === "delivery");
-    expect(item!.dueAt).toBe(T0 + 1_000);
-    // The retry itself: the same message posted again, then recorded as sent.
-    setNow(T0 + 1_000);
-    await runAlarm(key);
-    expect(posts()).toHaveLength(2);
-    expect(posts()[1]!.json).toEqual(posts()[0]!.json);
-    expect(await deliveriesOf(sessionId)).toMatchObject([{ status: "sent", attempts: 2, last_status: 200 }]);
-    expect((await router(key).outbox()).filter((i) => i.kind === "delivery")).toEqual([]);
-  });
-
   it("records any other ok:false as failed, without retrying", async () => {
     slackAnswers = [() => Response.json({ ok: false, error: "channel_not_found" })];
     const { key, sessionId } = await firstReply();
@@ -636,41 +580,5 @@ describe("send failures", () => {
     setNow(T0 + HOUR);
     await runAlarm(key);
     expect(posts()).toHaveLength(1);
-  });
-
-  it("records another 4xx as failed", async () => {
-    slackAnswers = [() => new Response("bad", { status: 400 })];
-    const { sessionId } = await firstReply();
-    expect(await deliveriesOf(sessionId)).toMatchObject([{ status: "failed", attempts: 1, last_status: 400 }]);
-  });
-});
-
-describe("no silent drop (invariant 1)", () => {
-  it("answers 5xx when D1 fails, stores nothing, and stores Slack's retry exactly once", async () => {
-    const channel = unique("C");
-    const user = unique("U");
-    const body = eventFixture(messageChannel, { channel, user });
-    await env.DB.exec("ALTER TABLE messages RENAME TO messages_away");
-    let failed;
-    try {
-      failed = await post(body);
-    } finally {
-      await env.DB.exec("ALTER TABLE messages_away RENAME TO messages");
-    }
-    expect(failed.status).toBeGreaterThanOrEqual(500);
-    expect(await sessionsOfKey(channelKey(channel, user))).toEqual([]);
-    const mark = await env.DB.prepare(`SELECT 1 FROM inbound_events WHERE event_id = ?`).bind(body.event_id).first();
-    expect(mark).toBeNull();
-
-    expect(await post(body, { headers: retryHeaders })).toEqual({ status: 200, body: {} });
-    expect(await post(body, { headers: { ...retryHeaders, "x-slack-retry-num": "2" } })).toEqual({
-      status: 200,
-      body: {},
-    });
-    const [session] = await sessionsOfKey(channelKey(channel, user));
-    expect((await messagesOf(session!.id)).map((m) => m.text)).toEqual(["hello from the channel"]);
-    await runAlarm(channelKey(channel, user));
-    expect(posts()).toHaveLength(1);
-    expect(await sessionRow(session!.id)).toMatchObject({ end_reason: null });
   });
 });

@@ -6,9 +6,8 @@
  * gives them fresh ids, because storage is shared by the tests of this file.
  */
 import type { Update } from "@grammyjs/types";
-import { env, exports } from "cloudflare:workers";
+import { exports } from "cloudflare:workers";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
-import { NOTICE_TEXT } from "../../src/platforms/types";
 import { AGENT_TOKEN, AGENT_URL, agentApi } from "../agent/support";
 import anonymousAdmin from "../fixtures/telegram/anonymous-admin.json";
 import blocked403 from "../fixtures/telegram/blocked-403.json";
@@ -29,9 +28,7 @@ import {
   captureFetch,
   messagesOf,
   restoreClock,
-  router,
   runAlarm,
-  sessionRow,
   sessionsOfKey,
   setNow,
   useConfig,
@@ -39,6 +36,7 @@ import {
   tableCounts,
   deliveriesOf,
 } from "../helpers";
+import { adapterContract, answerOf } from "./contract";
 
 const TOKEN = "7000000001:AAtest-bot-token";
 const SECRET = "tg-webhook-secret_1";
@@ -128,6 +126,49 @@ async function onlySession(key: string) {
   expect(rows).toHaveLength(1);
   return rows[0]!;
 }
+
+// What every adapter must do (dedupe, commands, notices, delivery retries, no silent
+// drop), run with this file's requests and fake Bot API.
+adapterContract({
+  platform: "telegram",
+  chat: () => {
+    const id = fresh();
+    return { key: `telegram:dm:${id}`, id };
+  },
+  message: (chat, text) =>
+    update(privateText, (m) => {
+      m.chat.id = chat.id;
+      m.from.id = chat.id;
+      m.text = text;
+    }),
+  eventId: (u) => String(u.update_id),
+  post: async (u) => answerOf(await post(u)),
+  accepted: {},
+  commandAnswer: { in: "chat" },
+  sends: () => sent().map(({ method, url, json }) => ({ method, url, json })),
+  sendTo: (chat, text) => ({ method: "POST", url: SEND_URL, json: { chat_id: chat.id, text } }),
+  answerNext: (...answers) => apiAnswers.push(...answers),
+  failures: {
+    serverErrors: [
+      () => Response.json({ ok: false, error_code: 502, description: "Bad Gateway" }, { status: 502 }),
+      () => new Response("upstream timeout", { status: 504 }),
+    ],
+    // Telegram gives the delay in the body, `parameters.retry_after` (seconds): 7 here.
+    rateLimit: { answer: () => Response.json(retry429, { status: 429 }), retryAfterMs: 7_000 },
+    permanent: [
+      { what: "403 bot blocked by the user", answer: () => Response.json(blocked403, { status: 403 }) },
+      {
+        what: "400 chat not found",
+        answer: () =>
+          Response.json({ ok: false, error_code: 400, description: "Bad Request: chat not found" }, { status: 400 }),
+      },
+      {
+        what: "401 unauthorized (a revoked token)",
+        answer: () => Response.json({ ok: false, error_code: 401, description: "Unauthorized" }, { status: 401 }),
+      },
+    ],
+  },
+});
 
 describe("configuration", () => {
   it("answers 404 while no Telegram secret is set, and stores nothing", async () => {
@@ -396,69 +437,7 @@ describe("updates that are not routed answer 200 and store nothing", () => {
   });
 });
 
-describe("dedupe on update_id (invariant 9)", () => {
-  it("stores a redelivered update once and replies once", async () => {
-    const u = update(privateText);
-    const first = await post(u);
-    const retry = await post(u);
-    expect([first.status, retry.status]).toEqual([200, 200]);
-    expect(await retry.json()).toEqual({});
-    const session = await onlySession(dmKey(u));
-    expect(await messagesOf(session.id)).toHaveLength(1);
-    await runAlarm(dmKey(u));
-    expect((await post(u)).status).toBe(200); // a late retry, after the reply
-    await runAlarm(dmKey(u));
-    expect(sent()).toHaveLength(1);
-    expect(await messagesOf(session.id)).toHaveLength(2);
-  });
-
-  it("remembers update ids for 24 hours, across an idle reset", async () => {
-    const u = update(privateText);
-    await post(u);
-    setNow(T0 + 23 * HOUR);
-    expect((await post(u)).status).toBe(200);
-    expect(await sessionsOfKey(dmKey(u))).toHaveLength(1);
-  });
-
-  it("routes a new update id with the same text as a new message", async () => {
-    const u = update(privateText);
-    await post(u);
-    await post({ ...u, update_id: fresh() });
-    const session = await onlySession(dmKey(u));
-    expect(await messagesOf(session.id)).toHaveLength(2);
-  });
-});
-
 describe("commands", () => {
-  it("/new ends the session, starts a fresh one and answers in the chat", async () => {
-    const u = update(privateText);
-    const key = dmKey(u);
-    await post(u);
-    await runAlarm(key);
-    const first = await onlySession(key);
-    expect((await post(update(privateText, (m) => Object.assign(m, u.message, { text: "/new" })))).status).toBe(200);
-    expect(await sessionRow(first.id)).toMatchObject({ end_reason: "new_command" });
-    const rows = await sessionsOfKey(key);
-    expect(rows).toHaveLength(2);
-    expect(rows[1]).toMatchObject({ end_reason: null, previous_session_id: first.id });
-    expect(await messagesOf(rows[1]!.id)).toEqual([]);
-    await runAlarm(key);
-    expect(bodies()).toEqual([
-      { chat_id: u.message!.chat.id, text: "echo: What is the capital of Peru?" },
-      { chat_id: u.message!.chat.id, text: "Started a new session." },
-    ]);
-    expect(await deliveriesOf(rows[1]!.id)).toMatchObject([{ kind: "command", status: "sent", attempts: 1 }]);
-  });
-
-  it("/reset does what /new does", async () => {
-    const u = update(privateText);
-    await post(u);
-    const first = await onlySession(dmKey(u));
-    await post(update(privateText, (m) => Object.assign(m, u.message, { text: "/reset" })));
-    expect(await sessionRow(first.id)).toMatchObject({ end_reason: "new_command" });
-    expect(await sessionsOfKey(dmKey(u))).toHaveLength(2);
-  });
-
   it("/new@botname in a forum topic resets that topic's session and answers in the topic", async () => {
     const u = update(forumTopic);
     const chat = u.message!.chat.id;
@@ -474,51 +453,9 @@ describe("commands", () => {
     expect(bodies()).toContainEqual({ chat_id: chat, text: "Started a new session.", message_thread_id: 5512 });
     expect(bodies().map((b) => b.text)).not.toContain("echo: /new@sessiongate_bot");
   });
-
-  it("/stop suspends the session; the next reply carries the notice on its first line", async () => {
-    const u = update(privateText);
-    const key = dmKey(u);
-    await post(u);
-    const first = await onlySession(key);
-    await post(update(privateText, (m) => Object.assign(m, u.message, { text: "/stop" })));
-    expect(await sessionRow(first.id)).toMatchObject({ end_reason: "suspended" });
-    await post(update(privateText, (m) => Object.assign(m, u.message, { text: "again" })));
-    await runAlarm(key);
-    expect(bodies()).toEqual([
-      { chat_id: u.message!.chat.id, text: "Stopped. Your next message starts a new session." },
-      { chat_id: u.message!.chat.id, text: `${NOTICE_TEXT.suspended}\necho: again` },
-    ]);
-  });
-
-  it("a redelivered command is answered once", async () => {
-    const u = update(privateText, (m) => (m.text = "/new"));
-    await post(u);
-    await post(u);
-    await runAlarm(dmKey(u));
-    expect(await sessionsOfKey(dmKey(u))).toHaveLength(1);
-    expect(bodies().map((b) => b.text)).toEqual(["Started a new session."]);
-  });
 });
 
 describe("replies", () => {
-  it("puts the reset notice on the first line of the first reply after an idle reset, and only there", async () => {
-    const u = update(privateText);
-    const key = dmKey(u);
-    const again = (text: string) => update(privateText, (m) => Object.assign(m, u.message, { text }));
-    await post(u);
-    await runAlarm(key);
-    setNow(T0 + 2 * HOUR);
-    await post(again("back"));
-    await runAlarm(key);
-    await post(again("more"));
-    await runAlarm(key);
-    expect(bodies().map((b) => b.text)).toEqual([
-      "echo: What is the capital of Peru?",
-      `${NOTICE_TEXT.idle}\necho: back`,
-      "echo: more",
-    ]);
-  });
-
   it("sends agent progress as a normal message in the same chat and topic", async () => {
     useConfig(telegramConfig({ AGENT_URL, AGENT_TOKEN }));
     const u = update(forumTopic);
@@ -567,75 +504,6 @@ describe("send failures (visible in the operator API)", () => {
     return { u, key, session };
   }
 
-  it("retries a 429 after parameters.retry_after seconds, then records it sent", async () => {
-    apiAnswers.push(() => Response.json(retry429, { status: 429 }));
-    const { key, session } = await firstReply();
-    expect(await deliveriesOf(session.id)).toMatchObject([
-      { kind: "reply", status: "pending", attempts: 1, last_status: 429, last_error: expect.stringContaining("429") },
-    ]);
-    const [item] = (await router(key).outbox()).filter((i) => i.kind === "delivery");
-    expect(item).toMatchObject({ dueAt: T0 + 7_000, attempts: 1 });
-
-    setNow(T0 + 7_000);
-    await runAlarm(key);
-    expect(sent()).toHaveLength(2);
-    expect(sent()[1]!.json).toEqual(sent()[0]!.json); // the same message, not a new one
-    expect(await deliveriesOf(session.id)).toMatchObject([
-      { kind: "reply", status: "sent", attempts: 2, last_status: 200, last_error: null },
-    ]);
-    expect((await router(key).outbox()).filter((i) => i.kind === "delivery")).toEqual([]);
-  });
-
-  it("retries a 5xx with backoff", async () => {
-    apiAnswers.push(
-      () => Response.json({ ok: false, error_code: 502, description: "Bad Gateway" }, { status: 502 }),
-      () => new Response("upstream timeout", { status: 504 }),
-    );
-    const { key, session } = await firstReply();
-    expect(await deliveriesOf(session.id)).toMatchObject([{ status: "pending", attempts: 1, last_status: 502 }]);
-    setNow(T0 + 1_000);
-    await runAlarm(key);
-    expect(await deliveriesOf(session.id)).toMatchObject([{ status: "pending", attempts: 2, last_status: 504 }]);
-    setNow(T0 + 3_000);
-    await runAlarm(key);
-    expect(await deliveriesOf(session.id)).toMatchObject([{ status: "sent", attempts: 3, last_status: 200 }]);
-    expect(sent()).toHaveLength(3);
-  });
-
-  it("retries a network error", async () => {
-    outbound.restore();
-    let failures = 1;
-    outbound = captureFetch((request) => {
-      if (request.url !== SEND_URL) throw new Error(`unexpected outbound request to ${request.url}`);
-      if (failures-- > 0) throw new TypeError("Network connection lost.");
-      return Response.json(sendOk);
-    });
-    const { key, session } = await firstReply();
-    expect(await deliveriesOf(session.id)).toMatchObject([{ status: "pending", attempts: 1, last_status: null }]);
-    setNow(T0 + 1_000);
-    await runAlarm(key);
-    expect(await deliveriesOf(session.id)).toMatchObject([{ status: "sent", attempts: 2 }]);
-  });
-
-  const permanent: [string, number, object][] = [
-    ["403 bot blocked by the user", 403, blocked403],
-    ["400 chat not found", 400, { ok: false, error_code: 400, description: "Bad Request: chat not found" }],
-    ["401 unauthorized (a revoked token)", 401, { ok: false, error_code: 401, description: "Unauthorized" }],
-  ];
-  for (const [what, status, body] of permanent) {
-    it(`records ${what} as failed without retrying`, async () => {
-      apiAnswers.push(() => Response.json(body, { status }));
-      const { key, session } = await firstReply();
-      expect(await deliveriesOf(session.id)).toMatchObject([
-        { kind: "reply", status: "failed", attempts: 1, last_status: status, last_error: expect.any(String) },
-      ]);
-      expect((await router(key).outbox()).filter((i) => i.kind === "delivery")).toEqual([]);
-      setNow(T0 + HOUR);
-      await runAlarm(key);
-      expect(sent()).toHaveLength(1);
-    });
-  }
-
   it("records a long reply whose second part fails as failed, so a retry never repeats the first part", async () => {
     useConfig(telegramConfig({ AGENT_URL, AGENT_TOKEN }));
     agentAnswer = () => Response.json({ reply: "x".repeat(5000) });
@@ -651,35 +519,5 @@ describe("send failures (visible in the operator API)", () => {
     setNow(T0 + HOUR);
     await runAlarm(key);
     expect(sent()).toHaveLength(2);
-  });
-});
-
-describe("no silent drop (invariant 1)", () => {
-  it("answers 503 when D1 fails, so Telegram retries; the retry is stored once and answered once", async () => {
-    const u = update(privateText);
-    const key = dmKey(u);
-    const before = update(privateText, (m) => Object.assign(m, u.message, { text: "before" }));
-    await post(before);
-    const session = await onlySession(key);
-    await env.DB.exec("ALTER TABLE messages RENAME TO messages_away");
-    let failed: Response;
-    try {
-      failed = await post(u);
-    } finally {
-      await env.DB.exec("ALTER TABLE messages_away RENAME TO messages");
-    }
-    expect(failed.status).toBe(503);
-    expect(((await failed.json()) as any).error.code).toBe("unavailable");
-    expect((await messagesOf(session.id)).map((m) => m.text)).toEqual(["before"]);
-    const mark = await env.DB.prepare(`SELECT 1 FROM inbound_events WHERE event_id = ?`)
-      .bind(String(u.update_id))
-      .first();
-    expect(mark).toBeNull();
-
-    expect((await post(u)).status).toBe(200);
-    expect((await post(u)).status).toBe(200);
-    expect((await messagesOf(session.id)).map((m) => m.text)).toEqual(["before", "What is the capital of Peru?"]);
-    await runAlarm(key);
-    expect(bodies().map((b) => b.text)).toEqual(["echo: before", "echo: What is the capital of Peru?"]);
   });
 });
