@@ -20,7 +20,6 @@ import {
 import type { DeliveryRow, RunRow, SessionRow } from "../db/schema";
 import { attachMessages, markEndedNotDispatched, setRunMessages } from "../db/overlap";
 import { selectDedupe, selectSession } from "../db/sessions";
-import { handoffMessage } from "../agent/handoff";
 import { CRON_PLATFORM, isCronSession } from "../domain/cron";
 import type { ReplyTarget } from "../domain/inbound";
 import { expiryReason, liveSince, type ResetPolicy } from "../domain/reset-policy";
@@ -351,7 +350,8 @@ function carryStatements(work: RunWork): Statement<number>[] {
   const storedIn = [...new Set([work.sessionId, ...(work.movedFrom ?? [])])];
   return [
     ...storedIn.map((sessionId) => attachMessages(sessionId, work.runId, eventIds)),
-    setRunMessages(work.runId, carried.map(handoffMessage)),
+    // The routed messages (as `runs.message` holds one), so an operator retry rebuilds the same hand-off.
+    setRunMessages(work.runId, carried),
     markEndedNotDispatched(work.sessionId),
   ];
 }

@@ -323,6 +323,36 @@ describe("queue: the agent fails for good (4xx)", () => {
     expect(runs.map((r: any) => r.status)).toEqual(["failed", "finished"]);
     expect(services.replies().map((r) => r.text)).toEqual(["fine"]);
   });
+
+  it("an operator retry of a failed run that carried several messages hands all of them over again", async () => {
+    let failing = true;
+    services = fakeServices((request) =>
+      failing && request.json.messages.length > 1 ? new Response("no", { status: 400 }) : replyWith("ok"),
+    );
+    const chat = unique("chat");
+    const key = genericKey(chat);
+    const one = await send({ chat_id: chat, text: "one" });
+    setNow(T0 + 1);
+    await send({ chat_id: chat, text: "two" });
+    setNow(T0 + 2);
+    await send({ chat_id: chat, text: "three" });
+    await runAlarm(key);
+    await router(key).drained();
+    expect(callTexts()).toEqual([["one"], ["two", "three"]]);
+    const failed = services.agentCalls()[1]!.json.run_id as string;
+    failing = false;
+    const retried = await adminFetch(`/admin/runs/${failed}/retry`, { method: "POST" });
+    expect(retried.status).toBe(200);
+    await router(key).drained();
+    await runAlarm(key);
+    expect(callTexts()).toEqual([["one"], ["two", "three"], ["two", "three"]]);
+    expect(services.agentCalls()[2]!.json.run_id).toBe(failed);
+    expect(await carriedTexts(one.body.session_id)).toEqual([
+      ["one", ["one"], null],
+      ["two", ["two", "three"], null],
+      ["three", ["two", "three"], null],
+    ]);
+  });
 });
 
 describe("waiting messages survive a restart of the routing object", () => {
