@@ -5,6 +5,8 @@
  * value means "off". No message ever quotes a value: they reach unauthenticated
  * callers (a webhook answers 500 naming the key) and a value may be a secret.
  */
+import type * as z from "zod";
+import { overlapConfigSchema, type OverlapConfig } from "./domain/overlap";
 import { resetConfigSchema, type ResetConfig } from "./domain/reset-policy";
 import { registerSecrets } from "./log";
 
@@ -34,6 +36,8 @@ export class ConfigError extends Error {
 
 export interface Config {
   reset: ResetConfig;
+  /** `OVERLAP`: what happens to a message that arrives while a run is unfinished (docs/overlap.md). */
+  overlap: OverlapConfig;
   groupSessionsPerUser: boolean;
   /** null: the built-in echo agent answers. */
   agentUrl: string | null;
@@ -123,26 +127,33 @@ function positiveInt(env: ConfigEnv, key: string, fallback: number): number {
   return parsed;
 }
 
-function resetConfig(env: ConfigEnv): ResetConfig {
-  const raw = text(env, "SESSION_RESET");
-  if (raw === null) return {};
+/**
+ * A JSON variable checked against `schema`: unset is `{}`; every issue is named at
+ * its own path (`KEY.by_platform.slack.mode`), an unknown key anywhere being one of them.
+ */
+function jsonVariable<S extends z.ZodType<object>>(env: ConfigEnv, key: string, schema: S): z.infer<S> {
+  const raw = text(env, key);
+  if (raw === null) return {} as z.infer<S>;
   let json: unknown;
   try {
     json = JSON.parse(raw);
   } catch {
-    throw new ConfigError("SESSION_RESET", "is not valid JSON");
+    throw new ConfigError(key, "is not valid JSON");
   }
-  const parsed = resetConfigSchema.safeParse(json);
+  const parsed = schema.safeParse(json);
   if (!parsed.success) {
-    // Every issue, each at its own path (an unknown key anywhere is one of them).
     throw ConfigError.all(
       parsed.error.issues.map((issue) => {
         const where = issue.path.length > 0 ? `.${issue.path.join(".")}` : "";
-        return new ConfigError(`SESSION_RESET${where}`, issue.message);
+        return new ConfigError(`${key}${where}`, issue.message);
       }),
     );
   }
   return parsed.data;
+}
+
+function resetConfig(env: ConfigEnv): ResetConfig {
+  return jsonVariable(env, "SESSION_RESET", resetConfigSchema);
 }
 
 /**
@@ -199,6 +210,7 @@ function parseConfig(env: ConfigEnv): Config {
     problems.push(new ConfigError("HOOK_SECRET", "is required when HOOK_URLS is set"));
   const config: Config = {
     reset: read(() => resetConfig(env), {}),
+    overlap: read(() => jsonVariable(env, "OVERLAP", overlapConfigSchema), {}),
     groupSessionsPerUser: read(() => bool(env, "GROUP_SESSIONS_PER_USER", true), true),
     agentUrl,
     agentToken,

@@ -2,7 +2,7 @@
 import { now } from "../clock";
 import { configOf } from "../config";
 import { effectivePolicy, explain, keyConversation } from "../domain/explain";
-import { effectiveOverlap, waitingMessages } from "../domain/overlap";
+import { resolveOverlap } from "../domain/overlap";
 import { routerFor } from "../routing/client";
 import { RUN_LEASE_MS } from "../routing/router";
 import { sessionJson } from "../routes/json";
@@ -11,15 +11,15 @@ import { sessionJson } from "../routes/json";
 export async function explainKey(env: Env, key: string) {
   const state = await routerFor(env, key).explainState(key);
   const { platform, chatType } = state.row ?? keyConversation(key);
-  const { policy, source } = effectivePolicy(configOf(env).reset, platform, chatType);
+  const config = configOf(env);
+  const { policy, source } = effectivePolicy(config.reset, platform, chatType);
   const explanation = explain({
     ...state,
     key,
     policy,
     policySource: source,
-    overlap: effectiveOverlap(platform, chatType),
+    overlap: resolveOverlap(config.overlap, platform, chatType),
     runLeaseMs: RUN_LEASE_MS,
-    waiting: waitingMessages(),
     now: now(),
   });
   return { ...explanation, session: state.row ? sessionJson(state.row) : null };

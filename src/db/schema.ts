@@ -65,8 +65,16 @@ export const messages = sqliteTable(
     createdAt: integer().notNull(),
     /** The platform event the user message came from (its dedupe id). */
     eventId: text(),
-    /** The run that produced (assistant) or was started by (user) this message. */
+    /**
+     * The run that produced (assistant) or carries (user) this message; null while a
+     * user message waits for a run (spec "Overlapping messages").
+     */
     runId: text(),
+    /**
+     * Why a user message was never handed to the agent (`stopped`, `new_command`,
+     * `session_ended`: spec invariant 11); null for every other message.
+     */
+    notDispatched: text({ enum: ["stopped", "new_command", "session_ended"] }),
     /**
      * JSON list of the user's media, as the operator API shows them
      * (`[{id, kind, mime_type, name, size}]`); null for a message without any.
@@ -187,6 +195,11 @@ export const runs = sqliteTable(
      * hand a failed run to the agent again.
      */
     message: text(),
+    /**
+     * JSON: every routed message the run carries, oldest first (the hand-off's
+     * `messages`); null for a run that carries only `message`.
+     */
+    messages: text(),
   },
   // Only unfinished, unrevoked runs are ever looked up by session (to revoke or move
   // them), so only they are indexed: a run answered at once costs no index write.

@@ -49,7 +49,16 @@ export const routeAnswer = z.object({
 
 export const forgottenAnswer = z.object({ forgotten: z.literal(true), session_key: z.string() });
 
-const message = z.looseObject({ role: z.enum(["user", "assistant", "system"]), text: z.string(), at: ms });
+const message = z.looseObject({
+  role: z.enum(["user", "assistant", "system"]),
+  text: z.string(),
+  at: ms,
+  run_id: z.string().nullable().describe("the run that carries (user) or produced (assistant) it; null while it waits"),
+  not_dispatched: z
+    .enum(["stopped", "new_command", "session_ended"])
+    .nullable()
+    .describe("why a user message was never handed to the agent; null otherwise"),
+});
 const event = z.looseObject({ id: z.string(), type: z.string(), reason: z.string().nullable(), status: z.string() });
 const delivery = z.looseObject({
   event_id: z.string().nullable(),
@@ -80,6 +89,8 @@ export const explainAnswer = z.looseObject({
   }),
   overlap: z.looseObject({
     mode: z.enum(["queue", "interrupt", "concurrent"]),
+    debounce_ms: z.number().int(),
+    max_batch: z.number().int(),
     source: z.enum(["default", "by_chat_type", "by_platform"]),
   }),
   session: sessionRow.nullable(),

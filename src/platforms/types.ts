@@ -34,10 +34,20 @@ export interface SendOutcome {
 /** The environment as adapters read it (their own secrets and API base URLs). */
 export type PlatformEnv = object;
 
+/** The chat's "working…" indicator (spec "Typing"), for platforms that have one. */
+export interface TypingSender {
+  /** How often the routing object sends it (src/domain/typing.ts). */
+  readonly cadence: "repeat" | "once";
+  /** Shows it in the chat of `target`; `eventId` is the newest message the run answers. */
+  send(target: ReplyTarget, eventId: string, config: Config, env: PlatformEnv): Promise<SendOutcome>;
+}
+
 export interface PlatformSender {
   /** Whether a message to `target` has anywhere to go with this configuration. */
   canDeliver(target: ReplyTarget, config: Config, env: PlatformEnv): boolean;
   send(message: OutboundMessage, config: Config, env: PlatformEnv): Promise<SendOutcome>;
+  /** Absent for platforms with no typing call (Discord's deferred answer shows it already; Slack; generic). */
+  typing?: TypingSender;
 }
 
 /** What a webhook request looks like to an adapter. */

@@ -10,7 +10,15 @@ export function sessionJson(row: SessionRow): Record<string, unknown> {
 }
 
 export function messageJson(row: MessageRow) {
-  return { role: row.role, text: row.text, at: row.createdAt, attachments: parseAttachmentsColumn(row.attachments) };
+  return {
+    role: row.role,
+    text: row.text,
+    at: row.createdAt,
+    attachments: parseAttachmentsColumn(row.attachments),
+    // The run that carries (user) or produced (assistant) it, null while it waits; why it never ran, if so.
+    run_id: row.runId,
+    not_dispatched: row.notDispatched,
+  };
 }
 
 export function eventJson(row: EventRow) {

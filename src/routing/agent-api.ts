@@ -207,5 +207,7 @@ export class AgentApi {
       const movedFrom = [...(work.movedFrom ?? []), fromSessionId];
       outbox.checkpoint(item, { payload: { ...work, sessionId: toSessionId, parentId: fromSessionId, movedFrom } });
     }
+    // Messages waiting in the parent are carried by the continuation's next run.
+    this.ctx.waiting.moveSession(fromSessionId, toSessionId);
   }
 }

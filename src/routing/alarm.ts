@@ -26,6 +26,8 @@ export interface AlarmSources {
   liveDeadline: number | null | undefined;
   /** The key has a routing entry (so an unknown deadline is worth a look). */
   hasEntry: boolean;
+  /** When waiting messages are due for their run (an interrupt to carry out); null: none. */
+  waitingDueAt?: number | null;
   /** Consecutive failures to read the live session, for the backoff of the next look. */
   settleFailures: number;
 }
@@ -45,6 +47,8 @@ export function nextAlarmAt(s: AlarmSources): number | null {
   // An unknown deadline (D1 could not be read): look again soon, backing off, or the
   // session would never end if D1 was down when the alarm fired.
   else if (s.liveDeadline === undefined && s.hasEntry) due.push(s.now + backoffDelay(s.settleFailures + 1));
+  // Waiting messages due (an interrupt): without it they wait for the unfinished run to end.
+  if (s.waitingDueAt !== undefined && s.waitingDueAt !== null) due.push(s.waitingDueAt);
   if (due.length === 0) return null;
   // An alarm set for "now" from inside alarm() is dropped by the local runtime.
   return Math.max(Math.min(...due), s.now + 1);

@@ -117,7 +117,11 @@ export class Commands {
         throw error;
       }
       if (endedAs && results[0] === 1) countEnded(endedAs);
-      if (row) stageEvents(this.ctx, row.id, now);
+      if (row) {
+        // Its waiting messages were recorded as not dispatched in the batch: none is carried on.
+        this.ctx.waiting.dropSession(row.id);
+        stageEvents(this.ctx, row.id, now);
+      }
       if (fresh && results[insertAt] !== 1) {
         if (delivery) outbox.unstage(delivery.work.deliveryId);
         continue;

@@ -8,6 +8,7 @@ import { randomToken } from "../crypto";
 import type { Database, Statement } from "../db/client";
 import type { NewDelivery } from "../db/deliveries";
 import { endedEvents, type InitialStatus } from "../db/events";
+import { markEndedNotDispatched } from "../db/overlap";
 import { revokeRuns } from "../db/runs";
 import type { RunRow, SessionRow } from "../db/schema";
 import type { NewSession } from "../db/sessions";
@@ -24,6 +25,7 @@ import type { BoundedSet } from "./bounded-set";
 import type { EntryState } from "./entry";
 import type { Mutex } from "./mutex";
 import type { Outbox } from "./outbox";
+import type { WaitingRoom } from "./waiting";
 import type { DeliveryWork, RunWork } from "./work";
 
 /** A message is never stored after this many conflicting rereads; the platform retries instead. */
@@ -41,6 +43,8 @@ export interface RouterContext {
   confirmedRuns: BoundedSet;
   /** Command answers and run API replies staged and then stored, likewise. */
   confirmedAnswers: BoundedSet;
+  /** Messages waiting for a run, and runs the agent accepted (spec "Overlapping messages"). */
+  waiting: WaitingRoom;
 }
 
 export const configFor = (ctx: RouterContext): Config => configOf(ctx.env);
@@ -59,10 +63,15 @@ export function deliverable(ctx: RouterContext, target: ReplyTarget): boolean {
 
 /**
  * What goes with every end of a session, in the same batch: its runs revoked (a
- * revoked run's reply is never delivered) and its `session.ended` events written.
+ * revoked run's reply is never delivered), its waiting messages recorded as never
+ * dispatched, and its `session.ended` events written.
  */
 export function revokedAndEnded(ctx: RouterContext, sessionId: string, now: number): Statement<number>[] {
-  return [revokeRuns(sessionId), ...endedEvents(sessionId, now, eventStatusFor(ctx))];
+  return [
+    revokeRuns(sessionId),
+    markEndedNotDispatched(sessionId),
+    ...endedEvents(sessionId, now, eventStatusFor(ctx)),
+  ];
 }
 
 /** Queues delivery of a session's pending lifecycle events (a no-op when it has none). */

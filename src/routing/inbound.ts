@@ -5,6 +5,7 @@
  */
 import type { Statement } from "../db/client";
 import { endedEvents, startedEvents } from "../db/events";
+import { markEndedNotDispatched } from "../db/overlap";
 import { revokeRuns } from "../db/runs";
 import type { SessionRow } from "../db/schema";
 import {
@@ -33,6 +34,7 @@ import {
   type RouterContext,
 } from "./context";
 import type { Commands } from "./commands";
+import type { Queue } from "./queue";
 import { entryFromNew, entryFromRow } from "./entry";
 import type { AcceptedBody, RoutingDecisionName, RpcResult } from "./results";
 import type { Settlement } from "./settlement";
@@ -51,6 +53,7 @@ export class Inbound {
     private readonly ctx: RouterContext,
     private readonly settlement: Settlement,
     private readonly commands: Commands,
+    private readonly queue: Queue,
   ) {}
 
   /** Routes one verified inbound message (or command) for this object's key. */
@@ -70,6 +73,7 @@ export class Inbound {
   ): Promise<RpcResult<AcceptedBody>> {
     const { outbox, entry } = this.ctx;
     const now = message.receivedAt;
+    if (this.queue.shouldWait(message, entry.entry?.sessionId)) return this.storeWaiting(message, policy, runId);
     // Stage the hand-off before D1 sees the message: the output gate makes this write
     // durable first, so a stored message can never be left without its hand-off.
     const predicted = entry.entry;
@@ -100,16 +104,79 @@ export class Inbound {
   }
 
   /**
+   * Stores a message that waits for a run (spec "Overlapping messages": a run of the
+   * entry's session is unfinished). It is staged in the waiting list before D1 sees
+   * it, as a hand-off is, and stored with no `run_id`: the webhook's answer and its
+   * cost are those of any message. Should it land in another session (the entry's
+   * had ended), nothing is unfinished there, and its run is staged at once.
+   */
+  private async storeWaiting(
+    message: RoutedMessage,
+    policy: ResetPolicy,
+    runId: string,
+  ): Promise<RpcResult<AcceptedBody>> {
+    const { outbox, entry, waiting } = this.ctx;
+    const now = message.receivedAt;
+    const predicted = { sessionId: entry.entry?.sessionId ?? "", parentId: entry.entry?.parentId ?? null };
+    const work = dispatchWork(runId, message, {
+      sessionId: predicted.sessionId,
+      isNew: false,
+      parentId: predicted.parentId,
+      reset: null,
+    });
+    // Storing claims the session's first run for this message's run; a waiting message
+    // has none, so the claim is given back for the run that will carry it.
+    const firstPending = entry.entry?.firstRunPending ?? false;
+    const added = waiting.add(predicted.sessionId, message);
+    let stored: StoredMessage;
+    try {
+      stored = await this.storeMessage(message, work, policy, null);
+    } catch (error) {
+      if (added) waiting.remove([message.eventId]);
+      throw error;
+    }
+    const decision = stored.decision;
+    if (stored.duplicate) {
+      if (added) waiting.remove([message.eventId]);
+      metrics.duplicates += 1;
+      return { status: 200, body: { accepted: true, session_id: stored.sessionId, duplicate: true, decision } };
+    }
+    const debounced = this.queue.settingsFor(message.platform, message.chatType).debounce_ms > 0;
+    if (stored.sessionId === predicted.sessionId) {
+      waiting.confirm(message.eventId, stored.sessionId);
+      if (firstPending) entry.update({ firstRunPending: true });
+    } else if (debounced) {
+      // A new session: the message waits there for its window (the end of the old one dropped its row).
+      waiting.add(stored.sessionId, message);
+      waiting.confirm(message.eventId, stored.sessionId);
+      // Its first run, dispatched by the alarm, is still the session's first (is_new, reset).
+      if (stored.work.isNew) entry.update({ firstRunPending: true });
+    } else {
+      // One synchronous step: off the list, into the outbox as the run that carries it.
+      waiting.remove([message.eventId]);
+      outbox.stage(runId, "run", { ...stored.work, messages: [message] }, now);
+      this.ctx.confirmedRuns.add(runId);
+    }
+    metrics.messages_routed += 1;
+    return { status: 200, body: { accepted: true, session_id: stored.sessionId, duplicate: false, decision } };
+  }
+
+  /**
    * Stores the message in the one session it may go to. The steady state is one
    * batch on the entry's session; anything else (no entry, an ended or expired row,
    * a duplicate) rereads the row and decides, and a conditional statement that
    * misses sends it round again.
    */
-  private async storeMessage(message: RoutedMessage, work: RunWork, policy: ResetPolicy): Promise<StoredMessage> {
+  private async storeMessage(
+    message: RoutedMessage,
+    work: RunWork,
+    policy: ResetPolicy,
+    carriedBy: string | null = work.runId,
+  ): Promise<StoredMessage> {
     const { entry } = this.ctx;
     const now = message.receivedAt;
     const since = liveSince(policy, now);
-    const userMessage = toUserMessage(message, work.runId);
+    const userMessage = toUserMessage(message, carriedBy);
     const ingress = this.ctx.db.on("ingress");
     const eventStatus = eventStatusFor(this.ctx);
     let alreadyRead: [SessionRow[], DedupeMark[]] | null = null;
@@ -160,7 +227,7 @@ export class Inbound {
         decision.kind === "fresh" &&
         decision.expire !== null &&
         row?.endReason === null &&
-        (await this.settlement.leaseOf(row, now, work.runId)).held;
+        (await this.settlement.leaseOf(row, now, work.runId, carriedBy === null ? message.eventId : null)).held;
       if (decision.kind === "append" || decision.kind === "reopen" || heldOpen) {
         const reopen =
           decision.kind === "reopen"
@@ -193,12 +260,16 @@ export class Inbound {
           revokeRuns(decision.expire.sessionId),
         );
       }
-      if (row) statements.push(...endedEvents(row.id, now, eventStatus));
+      // What waited in the old session is never carried into the new one.
+      if (row) statements.push(markEndedNotDispatched(row.id), ...endedEvents(row.id, now, eventStatus));
       const insertAt = statements.length;
       statements.push(...insertSession(session, userMessage), ...startedEvents(session.id, now, eventStatus));
       const results = await ingress.batch(...statements);
       if (decision.expire && results[0] === 1) countEnded(decision.expire.reason);
-      if (row) stageEvents(this.ctx, row.id, now);
+      if (row) {
+        this.ctx.waiting.dropSession(row.id);
+        stageEvents(this.ctx, row.id, now);
+      }
       if (results[insertAt] !== 1) {
         readNewest = true;
         continue;

@@ -70,6 +70,7 @@ export class Operator {
       alarmAt: await this.alarm.stored(),
       currentRun: runs[0] ?? null,
       handoff: item ? { attempts: item.attempts, lastError: item.lastError, dueAt: item.dueAt } : null,
+      waiting: row ? this.ctx.waiting.count(row.id) : 0,
     };
   }
 
@@ -115,12 +116,14 @@ export class Operator {
       return conflict("session_ended", `the session of run ${runId} has ended: its reply could land nowhere`);
     }
     if (!run.message) return conflict("not_retryable", `run ${runId} predates retries (no message kept)`);
-    const work = dispatchWork(runId, JSON.parse(run.message) as RoutedMessage, {
+    const base = dispatchWork(runId, JSON.parse(run.message) as RoutedMessage, {
       sessionId: session.id,
       isNew: false,
       parentId: session.parentSessionId,
       reset: null,
     });
+    // A run that carried several messages is handed over with all of them again.
+    const work = run.messages ? { ...base, messages: JSON.parse(run.messages) as RoutedMessage[] } : base;
     // Staged first, like any hand-off; removed again if D1 refuses the retry.
     outbox.stage(runId, "run", work, now, true);
     let rows: RunRow[];

@@ -72,4 +72,6 @@ export interface ExplainState {
   alarmAt: number | null;
   currentRun: RunRow | null;
   handoff: Handoff | null;
+  /** Messages of the row's session waiting for a run (spec "Overlapping messages"). */
+  waiting: number;
 }

@@ -35,6 +35,7 @@ import { Inbound } from "./inbound";
 import { Mutex } from "./mutex";
 import { Operator } from "./operator";
 import { Outbox } from "./outbox";
+import { Queue } from "./queue";
 import {
   unavailable,
   type AcceptedBody,
@@ -45,6 +46,7 @@ import {
 } from "./results";
 import { Settlement } from "./settlement";
 import { Turns } from "./turns";
+import { WaitingRoom } from "./waiting";
 
 /**
  * A run the agent accepted (202) must be heard from (a heartbeat or its reply)
@@ -71,6 +73,7 @@ export class SessionRouter extends DurableObject<Env> {
   private readonly agentApi: AgentApi;
   private readonly operator: Operator;
   private readonly cron: Cron;
+  private readonly queue: Queue;
 
   constructor(ctx: DurableObjectState, env: Env) {
     super(ctx, env);
@@ -87,6 +90,7 @@ export class SessionRouter extends DurableObject<Env> {
       draining: this.outboxUnit.draining,
       liveDeadline: this.entry.liveDeadline,
       hasEntry: this.entry.entry !== null,
+      waitingDueAt: this.queue.dueAt(clockNow()),
     }));
     const context: RouterContext = {
       env,
@@ -96,16 +100,22 @@ export class SessionRouter extends DurableObject<Env> {
       outbox: this.outboxUnit,
       confirmedRuns: new BoundedSet(CONFIRMED_CACHE_SIZE),
       confirmedAnswers: new BoundedSet(CONFIRMED_CACHE_SIZE),
+      waiting: new WaitingRoom(ctx.storage.sql),
     };
-    this.settlement = new Settlement(context, this.alarmPlan);
-    this.turns = new Turns(context, this.settlement);
-    this.inbound = new Inbound(context, this.settlement, new Commands(context, this.settlement));
+    this.queue = new Queue(context);
+    this.settlement = new Settlement(context, this.alarmPlan, this.queue);
+    this.turns = new Turns(context, this.settlement, this.queue);
+    this.inbound = new Inbound(context, this.settlement, new Commands(context, this.settlement), this.queue);
     this.agentApi = new AgentApi(context, this.settlement, this.turns);
     this.operator = new Operator(context, this.alarmPlan, this.settlement, this.turns);
     this.cron = new Cron(context, this.inbound);
     const deliveries = new Deliveries(context);
     this.outboxUnit.register({
-      run: (item, now) => this.turns.processRun(item, now),
+      // A run's item done (finished, failed for good, accepted or dropped): what waits behind it may go.
+      run: async (item, now) => {
+        await this.turns.processRun(item, now);
+        await this.mutex.run(() => this.queue.pump(clockNow()));
+      },
       delivery: (item, now) => deliveries.processDelivery(item, now),
       events: (item, now) => deliveries.processEvents(item, now),
       check: (item, now) => this.settlement.processCheck(item, now),
@@ -150,7 +160,11 @@ export class SessionRouter extends DurableObject<Env> {
     const now = clockNow();
     this.alarmPlan.fired();
     await this.mutex
-      .run(() => this.settlement.settleLiveSession(now))
+      .run(async () => {
+        await this.settlement.settleLiveSession(now);
+        // Messages staged before a restart, or waiting behind a run whose lease lapsed.
+        await this.queue.pump(now);
+      })
       .catch((error) => {
         this.alarmPlan.settleFailed();
         this.entry.setDeadline(undefined);

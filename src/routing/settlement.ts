@@ -5,6 +5,7 @@
  */
 import { type Statement } from "../db/client";
 import { endedEvents } from "../db/events";
+import { markEndedNotDispatched } from "../db/overlap";
 import { markRunAccepted, revokeRuns, selectOpenRuns } from "../db/runs";
 import type { SessionRow } from "../db/schema";
 import { clearSweepAt, endLive, promoteExpired, selectSession, setSweepAt } from "../db/sessions";
@@ -15,7 +16,9 @@ import { holdOf, RUN_LEASE_MS } from "../domain/turn-hold";
 import { countEnded } from "../metrics";
 import type { AlarmPlan } from "./alarm";
 import { eventStatusFor, policyFor, revokedAndEnded, stageEvents, type RouterContext } from "./context";
+import type { RoutedMessage } from "../domain/inbound";
 import type { OutboxItem } from "./outbox-table";
+import type { Queue } from "./queue";
 
 /** Who holds a live session's turn, and until when. */
 export interface Lease {
@@ -28,6 +31,7 @@ export class Settlement {
   constructor(
     private readonly ctx: RouterContext,
     private readonly alarm: AlarmPlan,
+    private readonly queue: Queue,
   ) {}
 
   /**
@@ -76,10 +80,19 @@ export class Settlement {
     const policy = policyFor(this.ctx, row.platform, row.chatType);
     const reason = row.endReason as EndReason | null;
     if (reason !== null && !isRecoverable(reason)) {
-      await db.batch(revokeRuns(row.id), clearSweepAt(row.id), ...endedEvents(row.id, now, eventStatusFor(this.ctx)));
+      await db.batch(
+        revokeRuns(row.id),
+        markEndedNotDispatched(row.id),
+        clearSweepAt(row.id),
+        ...endedEvents(row.id, now, eventStatusFor(this.ctx)),
+      );
+      this.ctx.waiting.dropSession(row.id);
       stageEvents(this.ctx, row.id, now);
       return null;
     }
+    // Messages waiting behind a run that is over (its lease lapsed, say) get their run
+    // first: then that run holds the session, and the session is not reaped under them.
+    if (reason === null && this.ctx.waiting.count(row.id) > 0) await this.queue.pump(now);
     const expired = expiryReason(policy, row.lastActiveAt, now);
     // Expiry waits for the turn in progress (invariant 6): look again when it is over.
     const held = expired && reason === null ? await this.leaseOf(row, now) : null;
@@ -94,6 +107,7 @@ export class Settlement {
         ...revokedAndEnded(this.ctx, row.id, now),
       );
       if (promoted === 1) countEnded(expired);
+      this.ctx.waiting.dropSession(row.id);
       stageEvents(this.ctx, row.id, now);
       return null;
     }
@@ -124,13 +138,27 @@ export class Settlement {
    * session with no run left has vanished too. `exceptRunId`: a run staged by the
    * request asking, which holds nothing yet.
    */
-  async leaseOf(row: SessionRow, now: number, exceptRunId: string | null = null): Promise<Lease> {
+  async leaseOf(
+    row: SessionRow,
+    now: number,
+    exceptRunId: string | null = null,
+    exceptEventId: string | null = null,
+  ): Promise<Lease> {
     if (this.outboxRunDue(row.id, exceptRunId) !== null) return { held: true, lapsed: false, until: null };
     const [runs] = await this.ctx.db.batch(selectOpenRuns(row.id));
     const hold = holdOf(runs, row.currentRunId, now);
+    // An acknowledged message waiting for its run holds the session too (it is never
+    // dropped by expiry); `until` still says when the run it waits behind lapses.
+    if (this.ctx.waiting.count(row.id) > (exceptEventId ? this.waitingAs(row.id, exceptEventId) : 0))
+      return { held: true, lapsed: false, until: hold.until };
     // A cron session with no open run left has vanished too.
     if (!hold.held && !hold.lapsed && isCronSession(row)) return { ...hold, lapsed: true };
     return hold;
+  }
+
+  /** 1 when `eventId` is one of the session's waiting messages (the request asking staged it), else 0. */
+  private waitingAs(sessionId: string, eventId: string): number {
+    return this.ctx.waiting.all().some((row) => row.sessionId === sessionId && row.eventId === eventId) ? 1 : 0;
   }
 
   /** The earliest due time of a hand-off of this session still in the outbox, if any. */
@@ -160,12 +188,16 @@ export class Settlement {
       revokeRuns(sessionId),
       ...endedEvents(sessionId, now, eventStatusFor(this.ctx)),
       selectSession(db, sessionId),
+      markEndedNotDispatched(sessionId),
       ...alongside,
     );
     const row = rows[0] ?? null;
     // The batch writes the events of any ended row that lacks them (one ended out of
     // band, by SQL), changed here or not: they are delivered either way.
-    if (row && row.endReason !== null) stageEvents(this.ctx, sessionId, now);
+    if (row && row.endReason !== null) {
+      this.ctx.waiting.dropSession(sessionId);
+      stageEvents(this.ctx, sessionId, now);
+    }
     if (changed === 1 && row) {
       countEnded(reason);
       entry.learnt(
@@ -177,11 +209,13 @@ export class Settlement {
   }
 
   /** The agent took the turn and answers later (202): expect to hear from it within the lease. */
-  async expectHeartbeats(sessionId: string, runId: string, now: number): Promise<void> {
+  async expectHeartbeats(sessionId: string, runId: string, carried: RoutedMessage[], now: number): Promise<void> {
     const { db, entry } = this.ctx;
     // The lease runs from the acceptance, not from the first attempt (which may be
     // long ago when the agent was down): a late acceptance is not a vanished owner.
     const heard = markRunAccepted(runId, now);
+    // Unfinished until its reply, revocation or lease lapse: messages arriving meanwhile wait (queue mode).
+    this.ctx.waiting.accept(runId, sessionId, carried);
     if (!entry.isLive(sessionId)) {
       await db.batch(heard);
       return;

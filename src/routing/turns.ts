@@ -18,6 +18,7 @@ import {
   selectSessionOfRun,
 } from "../db/runs";
 import type { DeliveryRow, RunRow, SessionRow } from "../db/schema";
+import { attachMessages, markEndedNotDispatched, setRunMessages } from "../db/overlap";
 import { selectDedupe, selectSession } from "../db/sessions";
 import { CRON_PLATFORM, isCronSession } from "../domain/cron";
 import type { ReplyTarget } from "../domain/inbound";
@@ -28,13 +29,23 @@ import { metrics } from "../metrics";
 import { configFor, deliverable, policyFor, type RouterContext } from "./context";
 import { givesUp } from "./outbox";
 import type { OutboxItem } from "./outbox-table";
+import type { Queue } from "./queue";
 import type { Settlement } from "./settlement";
-import { agentRequest, deliveryWork, newRunOf, type DeliveryWork, type RecordedReply, type RunWork } from "./work";
+import {
+  agentRequest,
+  carriedBy,
+  deliveryWork,
+  newRunOf,
+  type DeliveryWork,
+  type RecordedReply,
+  type RunWork,
+} from "./work";
 
 export class Turns {
   constructor(
     private readonly ctx: RouterContext,
     private readonly settlement: Settlement,
+    private readonly queue: Queue,
   ) {}
 
   /** The `run` handler. */
@@ -62,7 +73,9 @@ export class Turns {
       const outcome = await handToAgent(config, config.agentUrl, agentRequest(work));
       if (outcome.kind === "accepted") {
         outbox.complete(item.id);
-        await mutex.run(() => this.settlement.expectHeartbeats(work.sessionId, work.runId, clockNow()));
+        await mutex.run(() =>
+          this.settlement.expectHeartbeats(work.sessionId, work.runId, carriedBy(work), clockNow()),
+        );
         return;
       }
       if (outcome.kind === "retry" || outcome.kind === "failed") {
@@ -116,6 +129,12 @@ export class Turns {
       const current = item?.payload;
       if (!item || !current) return null;
       if (confirmedRuns.has(work.runId)) return current;
+      // A run dispatched from the waiting list carries messages D1 had already stored
+      // (each was confirmed before it left the list): nothing to ask again.
+      if (current.messages) {
+        confirmedRuns.add(work.runId);
+        return current;
+      }
       const message = current.message;
       const [seen] = await db.batch(selectDedupe(message.platform, message.eventId, now));
       const mark = seen[0];
@@ -146,6 +165,7 @@ export class Turns {
         Statement<number>,
       ]),
       selectRun(db, work.runId),
+      ...carryStatements(work),
     );
     const run = runs[0];
     return !!run && run.revokedReason === null && run.finishedAt === null;
@@ -177,9 +197,12 @@ export class Turns {
     const canDeliver = deliverable(this.ctx, replyTo);
     // The entry knows whether a reset notice can still be owed; if not, skip clearing it.
     const clearNotice = !entry.isLive(work.sessionId) || entry.entry?.noticeOwed !== false;
-    const results = await this.ctx.db.batch(
-      ...recordInstantTurn(await newRunOf(work), { ...reply, deliverable: canDeliver, clearNotice }),
-    );
+    const turn = recordInstantTurn(await newRunOf(work), { ...reply, deliverable: canDeliver, clearNotice });
+    // The messages it carries go in before the delivery row is read back (the batch's last statement).
+    const carryAt = canDeliver ? turn.length - 1 : turn.length;
+    const carry = carryStatements(work);
+    const all = await this.ctx.db.batch(...turn.slice(0, carryAt), ...carry, ...turn.slice(carryAt));
+    const results = [...all.slice(0, carryAt), ...all.slice(carryAt + carry.length)];
     return this.afterReply({ id: work.sessionId, sessionKey, platform }, policy, results, text, canDeliver, now);
   }
 
@@ -249,7 +272,14 @@ export class Turns {
         this.ctx.confirmedAnswers.add(deliveryId);
       } else outbox.unstage(deliveryId);
     }
-    return this.afterReply(session, policy, results, body, canDeliver, now);
+    const recorded = await this.afterReply(session, policy, results, body, canDeliver, now);
+    // The run's turn is over: messages waiting behind it get their run (through the
+    // run API; a hand-off from the outbox does so once its item is done).
+    if (recorded.finished) {
+      this.ctx.waiting.over(runId);
+      if (!fromOutbox) await this.queue.pump(now);
+    }
+    return recorded;
   }
 
   /**
@@ -302,4 +332,26 @@ export class Turns {
     const [[row]] = await db.batch(selectDelivery(deliveryId));
     if (row?.status === "pending") outbox.stage(deliveryId, "delivery", deliveryWork(row, sessionKey), now);
   }
+}
+
+/**
+ * What goes in the batch that writes a run dispatched from the waiting list (after
+ * its insert): it takes its messages (their `run_id`) and records them in
+ * `runs.messages`, oldest first; should its session have ended meanwhile (the run is
+ * revoked), they are recorded as never dispatched. Nothing for a run staged with its
+ * one message, whose `run_id` was written with it (`runs.message` holds it), so
+ * that path costs what it always did.
+ */
+function carryStatements(work: RunWork): Statement<number>[] {
+  if (!work.messages) return [];
+  const carried = carriedBy(work);
+  const eventIds = carried.map((m) => m.eventId);
+  // Where its messages are stored: this session, or a parent a rotation moved them on from.
+  const storedIn = [...new Set([work.sessionId, ...(work.movedFrom ?? [])])];
+  return [
+    ...storedIn.map((sessionId) => attachMessages(sessionId, work.runId, eventIds)),
+    // The routed messages (as `runs.message` holds one), so an operator retry rebuilds the same hand-off.
+    setRunMessages(work.runId, carried),
+    markEndedNotDispatched(work.sessionId),
+  ];
 }

@@ -2,9 +2,9 @@
  * The outbox's work items and the small conversions between rows and the shapes
  * sent out, kept apart from the routing object's logic.
  */
-import type { AgentRunRequest } from "../agent/types";
+import { handoffRequest } from "../agent/handoff";
+import type { AgentRunRequest, HandoffMessage } from "../agent/types";
 import { sha256Hex } from "../crypto";
-import { handoffAttachment } from "../domain/attachments";
 import type { NewRun } from "../db/runs";
 import type { DeliveryRow } from "../db/schema";
 import type { UserMessage } from "../db/sessions";
@@ -21,7 +21,14 @@ export interface RunWork {
   isNew: boolean;
   parentId: string | null;
   reset: Entry["reset"];
+  /** The newest message the run answers (the last of `messages`). */
   message: RoutedMessage;
+  /**
+   * Every message a run dispatched from the waiting list carries, oldest first (their
+   * `run_id` is set when it is dispatched); absent for a run staged with its one
+   * message, whose `run_id` was written with the message.
+   */
+  messages?: RoutedMessage[];
   reply?: string | null;
   /** Sessions a rotation moved this hand-off on from (its message is stored in the first). */
   movedFrom?: string[];
@@ -74,27 +81,22 @@ export function toUserMessage(message: RoutedMessage, runId: string | null): Use
   };
 }
 
-export function agentRequest(work: RunWork): AgentRunRequest {
-  const m = work.message;
-  return {
-    run_id: work.runId,
-    run_token: work.token,
-    session: { id: work.sessionId, key: m.sessionKey, is_new: work.isNew, parent_id: work.parentId },
+/** The hand-off body: `messages` oldest first, `message` the newest. */
+export function agentRequest(work: RunWork): AgentRunRequest & { messages: HandoffMessage[] } {
+  return handoffRequest({
+    runId: work.runId,
+    token: work.token,
+    sessionId: work.sessionId,
+    sessionKey: work.message.sessionKey,
+    isNew: work.isNew,
+    parentId: work.parentId,
     reset: work.reset,
-    message: {
-      event_id: m.eventId,
-      platform: m.platform,
-      chat_id: m.chatId,
-      chat_type: m.chatType,
-      user_id: m.userId,
-      thread_id: m.threadId,
-      text: m.text,
-      // Ids and paths only: the platform reference never leaves the gateway.
-      attachments: (m.attachments ?? []).map(handoffAttachment),
-      received_at: m.receivedAt,
-    },
-  };
+    messages: carriedBy(work),
+  });
 }
+
+/** The messages a run carries, oldest first. */
+export const carriedBy = (work: RunWork): RoutedMessage[] => work.messages ?? [work.message];
 
 export function deliveryWork(row: DeliveryRow, sessionKey: string): DeliveryWork {
   return {

@@ -21,7 +21,7 @@ import {
   unique,
   useConfig,
 } from "../helpers";
-import { AGENT_TOKEN, accepted, agentApi, agentConfig, fakeServices, replyWith } from "./support";
+import { AGENT_TOKEN, accepted, agentApi, agentConfig, CONCURRENT, fakeServices, replyWith } from "./support";
 
 let services: ReturnType<typeof fakeServices>;
 
@@ -58,7 +58,15 @@ describe("heartbeat", () => {
   const cases: [string, (chat: string) => Promise<unknown>, string][] = [
     ["/new", (chat) => send({ chat_id: chat, text: "/new" }), "superseded"],
     ["/reset", (chat) => send({ chat_id: chat, text: "/reset" }), "superseded"],
-    ["a newer message", (chat) => dispatched(chat, "newer"), "superseded"],
+    // In concurrent mode (in queue mode a newer message waits instead).
+    [
+      "a newer message",
+      (chat) => {
+        useConfig(agentConfig(CONCURRENT));
+        return dispatched(chat, "newer");
+      },
+      "superseded",
+    ],
     ["/stop", (chat) => send({ chat_id: chat, text: "/stop" }), "stopped"],
   ];
   for (const [what, act, reason] of cases) {
@@ -219,6 +227,7 @@ describe("ending a session through the agent API", () => {
   });
 
   it("a run that is not current gets 409 and nothing changes", async () => {
+    useConfig(agentConfig(CONCURRENT));
     const chat = unique("chat");
     const old = await dispatched(chat, "one");
     await dispatched(chat, "two");
@@ -272,6 +281,7 @@ describe("rotation", () => {
   });
 
   it("only the current run may rotate", async () => {
+    useConfig(agentConfig(CONCURRENT));
     const chat = unique("chat");
     const old = await dispatched(chat, "one");
     await dispatched(chat, "two");

@@ -18,7 +18,7 @@ import {
   unique,
   useConfig,
 } from "../helpers";
-import { AGENT_TOKEN, accepted, agentApi, agentConfig, fakeServices, replyWith } from "./support";
+import { AGENT_TOKEN, accepted, agentApi, agentConfig, CONCURRENT, fakeServices, replyWith } from "./support";
 
 let services: ReturnType<typeof fakeServices>;
 
@@ -59,6 +59,8 @@ describe("the hand-off", () => {
         attachments: [],
         received_at: T0,
       },
+      // Every message the run carries, oldest first: here only `message`.
+      messages: [call!.json.message],
     });
     // The token is stored only as a hash.
     const run = await env.DB.prepare(`SELECT * FROM runs WHERE id = ?`).bind(call!.json.run_id).first<any>();
@@ -199,7 +201,8 @@ describe("replies later through the run API (202)", () => {
     });
   });
 
-  it("a run only superseded by a newer message still delivers its reply", async () => {
+  it("a run only superseded by a newer message still delivers its reply (concurrent mode)", async () => {
+    useConfig(agentConfig(CONCURRENT));
     services = fakeServices(() => accepted());
     const chat = unique("chat");
     const key = genericKey(chat);
@@ -298,7 +301,8 @@ async function sessionRowLive(id: string): Promise<boolean> {
   return row !== null && row.end_reason === null;
 }
 
-it("a slow agent does not hold back the next message's hand-off, which supersedes the slow run", async () => {
+it("a slow agent does not hold back the next message's hand-off, which supersedes the slow run (concurrent mode)", async () => {
+  useConfig(agentConfig(CONCURRENT));
   const chat = unique("chat");
   const key = genericKey(chat);
   let releaseFirst!: () => void;

@@ -20,7 +20,7 @@ import {
   useConfig,
 } from "../helpers";
 import { BoundedSet } from "../../src/routing/bounded-set";
-import { accepted, agentApi, agentConfig, fakeServices, replyWith } from "./support";
+import { accepted, agentApi, agentConfig, CONCURRENT, fakeServices, replyWith } from "./support";
 
 const MINUTE = 60_000;
 const LEASE_MS = 10 * MINUTE;
@@ -56,7 +56,8 @@ const callFor = (text: string) => services.agentCalls().find((call) => call.json
 
 describe("a hand-off staged before a rotation", () => {
   it("is handed over naming the continuation, and its reply lands there and is delivered", async () => {
-    useConfig(agentConfig());
+    // A second message staged while run one is unfinished: concurrent mode.
+    useConfig(agentConfig(CONCURRENT));
     const { key, parent, continuation } = await rotateWithTwoStaged(unique("chat"));
     answer = () => replyWith("answer to two");
     await runAlarm(key);
@@ -69,7 +70,8 @@ describe("a hand-off staged before a rotation", () => {
   });
 
   it("keeps naming the continuation after the object restarts (confirmed against its dedupe mark)", async () => {
-    useConfig(agentConfig());
+    // A second message staged while run one is unfinished: concurrent mode.
+    useConfig(agentConfig(CONCURRENT));
     const { key, parent, continuation } = await rotateWithTwoStaged(unique("chat"));
     // A restart forgets which staged runs were confirmed: the next hand-off checks D1's
     // dedupe mark, which names the parent, where the message is stored.
@@ -83,7 +85,8 @@ describe("a hand-off staged before a rotation", () => {
   });
 
   it("holds the continuation open past its deadline while it is retried (invariant 6)", async () => {
-    useConfig(agentConfig());
+    // A second message staged while run one is unfinished: concurrent mode.
+    useConfig(agentConfig(CONCURRENT));
     const { key, continuation } = await rotateWithTwoStaged(unique("chat"));
     answer = () => new Response("down", { status: 503 });
     await runAlarm(key);

@@ -6,6 +6,12 @@ export const AGENT_URL = "https://agent.test/runs";
 export const AGENT_TOKEN = "agent-secret-token";
 export const REPLY_URL = "https://client.test/replies";
 
+/**
+ * OVERLAP concurrent: every message its own run at once. For tests about something
+ * else (ownership, crash windows, leases) that send a message while a run is unfinished.
+ */
+export const CONCURRENT = { OVERLAP: JSON.stringify({ mode: "concurrent" }) };
+
 export const agentConfig = (extra: Record<string, string> = {}) => ({
   AGENT_URL,
   AGENT_TOKEN,

@@ -136,6 +136,8 @@ describe("stored with the message, shown to the operator and in the transcript",
       attachments: [
         { id: request.message.attachments[0].id, kind: "image", mime_type: "image/png", name: "photo.png", size: 3000 },
       ],
+      run_id: request.run_id,
+      not_dispatched: null,
     });
     expect(JSON.stringify(view)).not.toContain("files.client.test");
   });

@@ -29,6 +29,7 @@ describe("parseConfigFresh defaults", () => {
       genericReplyUrl: null,
       outboxDrain: "inline",
       attachmentMaxBytes: 25 * 1024 * 1024,
+      overlap: {},
     });
   });
 
@@ -67,8 +68,10 @@ describe("parseConfigFresh defaults", () => {
       GENERIC_REPLY_URL: "https://reply.example/",
       OUTBOX_DRAIN: "alarm",
       ATTACHMENT_MAX_BYTES: "1000000",
+      OVERLAP: JSON.stringify({ mode: "interrupt", by_platform: { telegram: { debounce_ms: 500 } } }),
     });
     expect(config).toEqual({
+      overlap: { mode: "interrupt", by_platform: { telegram: { debounce_ms: 500 } } },
       reset: {
         mode: "daily",
         idle_minutes: 0.5,

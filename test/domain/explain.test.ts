@@ -10,7 +10,7 @@ import {
   type ExplainInput,
   type Handoff,
 } from "../../src/domain/explain";
-import { effectiveOverlap } from "../../src/domain/overlap";
+import { resolveOverlap } from "../../src/domain/overlap";
 import { DEFAULT_POLICY, type ResetPolicy } from "../../src/domain/reset-policy";
 
 const MINUTE = 60_000;
@@ -59,6 +59,7 @@ function run(overrides: Partial<RunRow> = {}): RunRow {
     attempts: 1,
     acceptedAt: T,
     message: null,
+    messages: null,
     ...overrides,
   };
 }
@@ -72,7 +73,7 @@ function input(overrides: Partial<ExplainInput>): ExplainInput {
     row: null,
     policy: DEFAULT_POLICY,
     policySource: "default",
-    overlap: effectiveOverlap("generic", "dm"),
+    overlap: resolveOverlap({}, "generic", "dm"),
     alarmAt: null,
     currentRun: null,
     handoff: null,
@@ -425,10 +426,12 @@ describe("policy and overlap sources", () => {
     expect(policySource(config, platform, chatType)).toBe(source);
   });
 
-  it("overlap is what the gateway does today: every message its own run, nothing waits", () => {
-    const result = explain(input({}));
-    expect(result.overlap).toEqual({ mode: "concurrent", debounce_ms: 0, max_batch: 1, source: "default" });
-    expect(result.waiting).toBe(0);
+  it("passes the effective overlap settings and the waiting count through", () => {
+    const overlap = { mode: "interrupt", debounce_ms: 250, max_batch: 3, source: "by_chat_type" } as const;
+    const result = explain(input({ overlap, waiting: 4 }));
+    expect(result.overlap).toEqual(overlap);
+    expect(result.waiting).toBe(4);
+    expect(explain(input({})).overlap).toEqual({ mode: "queue", debounce_ms: 0, max_batch: 20, source: "default" });
   });
 
   it("reads the platform and chat type of a key with no row", () => {

@@ -21,7 +21,7 @@ import {
   useConfig,
 } from "../helpers";
 import { RUN_LEASE_MS } from "../../src/domain/turn-hold";
-import { accepted, agentApi, agentConfig, fakeServices, replyWith } from "../agent/support";
+import { accepted, agentApi, agentConfig, CONCURRENT, fakeServices, replyWith } from "../agent/support";
 
 const IDLE_1 = JSON.stringify({ mode: "idle", idle_minutes: 1 });
 let services: ReturnType<typeof fakeServices>;
@@ -60,7 +60,7 @@ async function earlierRunStillOpen(chat: string) {
 
 describe("an earlier run still open when the current one finished", () => {
   it("holds the session past its deadline; its late reply is recorded and delivered, then idle ends it", async () => {
-    useConfig(agentConfig({ SESSION_RESET: IDLE_1, HOOK_URLS: "" }));
+    useConfig(agentConfig({ SESSION_RESET: IDLE_1, HOOK_URLS: "", ...CONCURRENT }));
     const chat = unique("chat");
     const m1 = await earlierRunStillOpen(chat);
     await alarmsUntil(m1.key, T0 + 5 * MINUTE);
@@ -78,7 +78,7 @@ describe("an earlier run still open when the current one finished", () => {
   });
 
   it("gone silent: the session ends by its policy when that run's lease runs out, not before", async () => {
-    useConfig(agentConfig({ SESSION_RESET: IDLE_1, HOOK_URLS: "" }));
+    useConfig(agentConfig({ SESSION_RESET: IDLE_1, HOOK_URLS: "", ...CONCURRENT }));
     const chat = unique("chat");
     const m1 = await earlierRunStillOpen(chat);
     await alarmsUntil(m1.key, T0 + RUN_LEASE_MS - 1);

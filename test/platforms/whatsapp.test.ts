@@ -407,6 +407,8 @@ describe("routing text messages", () => {
   });
 
   it("routes each text and media message of one delivery, in order", async () => {
+    // Each message its own run (concurrent), so each gets its own echo reply.
+    useConfig(whatsappConfig({ OVERLAP: JSON.stringify({ mode: "concurrent" }) }));
     const { body, senders } = delivery(batch);
     const [sheena, luis] = senders as [string, string];
     const response = await post(body);

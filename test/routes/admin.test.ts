@@ -146,9 +146,10 @@ describe("sessions", () => {
     await send({ chat_id: chat, text: "two" });
     const body = (await (await adminFetch(`/admin/sessions/${sent.body.session_id}`)).json()) as any;
     expect(body.session.id).toBe(sent.body.session_id);
+    // "one" has its run; "two" arrived while that run was unfinished, and waits (queue, the default).
     expect(body.messages).toEqual([
-      { role: "user", text: "one", at: T0, attachments: [] },
-      { role: "user", text: "two", at: T0 + 1, attachments: [] },
+      { role: "user", text: "one", at: T0, attachments: [], run_id: expect.any(String), not_dispatched: null },
+      { role: "user", text: "two", at: T0 + 1, attachments: [], run_id: null, not_dispatched: null },
     ]);
     expect(body.events.map((e: any) => e.type)).toEqual(["session.started"]);
     expect(body.deliveries).toEqual([]);

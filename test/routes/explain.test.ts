@@ -64,7 +64,7 @@ describe("explain", () => {
       open_run: null,
       waiting: 0,
       policy: { mode: "idle", idle_minutes: 60, source: "default" },
-      overlap: { mode: "concurrent", debounce_ms: 0, max_batch: 1, source: "default" },
+      overlap: { mode: "queue", debounce_ms: 0, max_batch: 20, source: "default" },
       deadline: { at: null, reason: null, timezone: "UTC" },
     });
   });
@@ -91,6 +91,23 @@ describe("explain", () => {
     expect(body.alarm_at).toBe(T0 + 90_001);
     expect(body.would).toMatchObject({ action: "append", reason: "live" });
     expect(body.open_run).toBeNull(); // the echo agent's run finished at once
+  });
+
+  it("shows the effective OVERLAP settings and the layer they came from", async () => {
+    useConfig({
+      SESSION_RESET: JSON.stringify({ mode: "idle", idle_minutes: 60 }),
+      OVERLAP: JSON.stringify({
+        debounce_ms: 1500,
+        by_chat_type: { group: { mode: "interrupt", max_batch: 5 } },
+        by_platform: { telegram: { mode: "concurrent" } },
+      }),
+    });
+    const dm = await explainOf(genericKey(unique("dm")));
+    expect(dm.overlap).toEqual({ mode: "queue", debounce_ms: 1500, max_batch: 20, source: "default" });
+    const group = await explainOf(`generic:group:${unique("g")}`);
+    expect(group.overlap).toEqual({ mode: "interrupt", debounce_ms: 1500, max_batch: 5, source: "by_chat_type" });
+    const telegram = await explainOf(`telegram:group:${unique("t")}`);
+    expect(telegram.overlap).toEqual({ mode: "concurrent", debounce_ms: 1500, max_batch: 5, source: "by_platform" });
   });
 
   it("shows a row changed by SQL at once, and a message then does what it said", async () => {

@@ -27,7 +27,7 @@ import {
   useConfig,
 } from "../helpers";
 import { OutboxTable as RouterStorage } from "../../src/routing/outbox-table";
-import { accepted, agentApi, agentConfig, fakeServices, replyWith } from "../agent/support";
+import { accepted, agentApi, agentConfig, CONCURRENT, fakeServices, replyWith } from "../agent/support";
 
 const has = (fragment: string) => (sql: readonly string[]) => sql.some((s) => s.includes(fragment));
 let services: ReturnType<typeof fakeServices> | null = null;
@@ -104,7 +104,8 @@ describe("a kill between a new session's batch and adopting it", () => {
   it("the killed message's staged run, predicted for the old session, is handed over in the new one, retries too", async () => {
     let attempts = 0;
     services = fakeServices(() => (++attempts === 1 ? new Response("busy", { status: 503 }) : replyWith("answered")));
-    const { key, chat, old, eventId } = await killedAfterNewSession(agentConfig({ HOOK_URLS: "" }));
+    // Concurrent: the killed message is staged as its own run (in queue mode it would wait behind "one").
+    const { key, chat, old, eventId } = await killedAfterNewSession(agentConfig({ HOOK_URLS: "", ...CONCURRENT }));
     const mark = await env.DB.prepare(`SELECT session_id, run_id FROM inbound_events WHERE event_id = ?`)
       .bind(eventId)
       .first<{ session_id: string; run_id: string }>();

@@ -23,7 +23,7 @@ import {
 import { COMMAND_REPLIES } from "../../src/domain/commands";
 import { OutboxTable as RouterStorage } from "../../src/routing/outbox-table";
 import type { DeliveryWork } from "../../src/routing/work";
-import { accepted, agentConfig, fakeServices, replyWith } from "../agent/support";
+import { accepted, agentConfig, CONCURRENT, fakeServices, replyWith } from "../agent/support";
 
 let services: ReturnType<typeof fakeServices>;
 
@@ -131,8 +131,8 @@ describe("inline drain", () => {
     expect(services.replies().map((r) => r.text)).toEqual(["later"]);
   });
 
-  it("starts a second message's hand-off while the first is still in flight", async () => {
-    useConfig(agentConfig({ OUTBOX_DRAIN: "inline" }));
+  it("starts a second message's hand-off while the first is still in flight (concurrent mode)", async () => {
+    useConfig(agentConfig({ OUTBOX_DRAIN: "inline", ...CONCURRENT }));
     const first = held(accepted);
     services = fakeServices((request) => (request.json.message.text === "first" ? first.response() : accepted()));
     const chat = unique("chat");

@@ -25,7 +25,7 @@ export const OPERATOR: Operation[] = [
     path: "/admin/routes/:key/explain",
     summary: "What a message for this key would do now, and why",
     description:
-      "Reads the D1 row a message would read and changes nothing. `overlap` is what the gateway does today (`concurrent`: every message its own run), and `waiting` is 0.",
+      "Reads the D1 row a message would read and changes nothing. `overlap` is the effective `OVERLAP` settings for the key's platform and chat type, with the layer they came from; `waiting` counts the stored user messages no run carries yet.",
     tag: "operator",
     auth: "admin",
     ok: answers.explainAnswer,

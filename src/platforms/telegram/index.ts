@@ -9,6 +9,7 @@ import { parseJsonBytes } from "../parse";
 import { apiBase, permanentFailure, requiredSecrets, settingsForSending } from "../settings";
 import type { PlatformAdapter, PlatformEnv } from "../types";
 import { sendTelegram } from "./send";
+import { sendTelegramTyping } from "./typing";
 import { checkUpdate, inboundOf } from "./update";
 
 export interface TelegramSettings {
@@ -60,6 +61,15 @@ export const telegram: PlatformAdapter<TelegramSettings> = {
       const settings = sendSettings(env);
       if (!settings) return permanentFailure("telegram is not configured");
       return sendTelegram(message, settings);
+    },
+
+    typing: {
+      cadence: "repeat",
+      async send(target, _eventId, _config, env) {
+        const settings = sendSettings(env);
+        if (!settings) return permanentFailure("telegram is not configured");
+        return sendTelegramTyping(target, settings);
+      },
     },
   },
 };

@@ -10,6 +10,7 @@ import { apiBase, permanentFailure, requiredSecrets, settingsForSending } from "
 import type { PlatformAdapter, PlatformEnv, WebhookInput } from "../types";
 import { inboundMessages } from "./payload";
 import { sendWhatsApp } from "./send";
+import { sendWhatsAppTyping } from "./typing";
 
 export interface WhatsAppSettings {
   verifyToken: string;
@@ -88,6 +89,15 @@ export const whatsapp: PlatformAdapter<WhatsAppSettings> = {
       const settings = sendSettings(env);
       if (!settings) return permanentFailure("whatsapp is not configured");
       return sendWhatsApp(message, settings);
+    },
+
+    typing: {
+      cadence: "once",
+      async send(target, eventId, _config, env) {
+        const settings = sendSettings(env);
+        if (!settings) return permanentFailure("whatsapp is not configured");
+        return sendWhatsAppTyping(target, eventId, settings);
+      },
     },
   },
 };

@@ -1,0 +1,189 @@
+/**
+ * Overlapping messages (spec "Overlapping messages", invariant 11): whether a
+ * message waits instead of getting its own run, and the one run that carries the
+ * waiting messages once nothing of their session is unfinished. The messages wait
+ * in the object's own storage (waiting.ts); the run that carries them is staged in
+ * the same outbox as every hand-off, in the same synchronous step that takes them
+ * out of the waiting list, so no message is carried twice nor lost by a restart.
+ */
+import { releaseMessages, revokeInterrupted } from "../db/overlap";
+import { selectRun } from "../db/runs";
+import { backoffDelay } from "../http/backoff";
+import { selectDedupe } from "../db/sessions";
+import { CRON_PLATFORM } from "../domain/cron";
+import type { RoutedMessage } from "../domain/inbound";
+import { resolveOverlap, type OverlapView } from "../domain/overlap";
+import { isOpenRun, leaseUntil } from "../domain/turn-hold";
+import { newId } from "../ids";
+import { configFor, dispatchWork, type RouterContext } from "./context";
+import type { WaitingRow } from "./waiting";
+import { carriedBy } from "./work";
+
+export class Queue {
+  constructor(private readonly ctx: RouterContext) {}
+
+  /** The effective OVERLAP settings of a platform and chat type. */
+  settingsFor(platform: string, chatType: string): OverlapView {
+    return resolveOverlap(configFor(this.ctx).overlap, platform, chatType);
+  }
+
+  /**
+   * Whether a message for `sessionId` (the entry's session) waits: in `queue` mode
+   * (and `interrupt`, until it revokes), while a run of that session is unfinished
+   * or other messages already wait. Reads only the object's storage, so a waiting
+   * message costs the webhook's path no D1 round trip.
+   */
+  shouldWait(message: RoutedMessage, sessionId: string | undefined): boolean {
+    if (message.platform === CRON_PLATFORM) return false;
+    const settings = this.settingsFor(message.platform, message.chatType);
+    // With debounce_ms every message waits: the alarm dispatches the window's run.
+    if (settings.debounce_ms > 0) return true;
+    if (!sessionId || settings.mode === "concurrent") return false;
+    return this.unfinishedIn(sessionId) || this.ctx.waiting.count(sessionId) > 0;
+  }
+
+  /** With `debounce_ms`, once nothing new came for that long after the newest waiting message; else null. */
+  private quietAt(sessionId: string): number | null {
+    const rows = this.ctx.waiting.all().filter((row) => row.sessionId === sessionId);
+    const newest = rows[rows.length - 1];
+    if (!newest) return null;
+    const { debounce_ms } = this.settingsFor(newest.message.platform, newest.message.chatType);
+    if (debounce_ms === 0) return null;
+    return Math.max(...rows.map((row) => row.message.receivedAt)) + debounce_ms;
+  }
+
+  /** A run of the session is unfinished: its hand-off is in the outbox, or the agent accepted it. */
+  unfinishedIn(sessionId: string): boolean {
+    const { outbox, waiting } = this.ctx;
+    return (
+      outbox.all("run").some((item) => item.payload.sessionId === sessionId) || waiting.accepted(sessionId).length > 0
+    );
+  }
+
+  /**
+   * Dispatches what waits wherever nothing is unfinished any more: one run per
+   * session, carrying its waiting messages oldest first (at most `max_batch`; more
+   * wait for the next run). Accepted runs are checked against D1 first (finished,
+   * revoked, failed for good or past their lease: over), and messages staged before
+   * a restart are confirmed against their dedupe mark (never stored: dropped).
+   */
+  async pump(now: number): Promise<void> {
+    const { waiting, db } = this.ctx;
+    if (waiting.count() === 0) return;
+    for (const row of waiting.all().filter((r) => !r.confirmed)) {
+      const [seen] = await db.batch(selectDedupe(row.message.platform, row.eventId, now));
+      const mark = seen[0];
+      if (mark?.session_id && mark.run_id === null) waiting.confirm(row.eventId, mark.session_id);
+      else waiting.remove([row.eventId]);
+    }
+    const sessions = [...new Set(waiting.all().map((row) => row.sessionId))];
+    for (const sessionId of sessions) {
+      for (const runId of waiting.accepted(sessionId)) {
+        const [runs] = await db.batch(selectRun(db, runId));
+        const run = runs[0];
+        if (!run || !isOpenRun(run) || leaseUntil(run) <= now) waiting.over(runId);
+      }
+      const quietAt = this.quietAt(sessionId);
+      if (quietAt !== null && now < quietAt) continue;
+      // concurrent: runs never wait for each other (only for the debounce window).
+      if (this.modeOf(sessionId) === "concurrent" || !this.unfinishedIn(sessionId)) this.dispatch(sessionId, now);
+      else if (this.modeOf(sessionId) === "interrupt") await this.interrupt(sessionId, now);
+    }
+  }
+
+  /**
+   * When waiting messages are due for their run, for the alarm plan: now, while a
+   * session in `interrupt` mode has a message waiting behind an unfinished run (the
+   * webhook's path only stores it; the alarm carries the interrupt out, so the
+   * webhook costs what it always did). Backs off while the interrupt fails (D1 down).
+   */
+  dueAt(now: number): number | null {
+    const { waiting } = this.ctx;
+    if (waiting.count() === 0) return null;
+    const due: number[] = [];
+    for (const id of new Set(waiting.all().map((row) => row.sessionId))) {
+      const mode = this.modeOf(id);
+      const quietAt = this.quietAt(id);
+      // queue: behind an unfinished run, the run's end (not the clock) dispatches what waits.
+      if (mode === "queue" && this.unfinishedIn(id)) continue;
+      if (mode === "interrupt" && this.unfinishedIn(id))
+        due.push(
+          Math.max(quietAt ?? now, now + (this.interruptFailures === 0 ? 0 : backoffDelay(this.interruptFailures))),
+        );
+      else if (quietAt !== null) due.push(quietAt);
+    }
+    return due.length === 0 ? null : Math.min(...due);
+  }
+
+  private interruptFailures = 0;
+
+  /** The mode of a session's waiting messages (they share one conversation, so one platform and chat type). */
+  private modeOf(sessionId: string): string {
+    const first = this.ctx.waiting.all().find((row) => row.sessionId === sessionId);
+    return first ? this.settingsFor(first.message.platform, first.message.chatType).mode : "queue";
+  }
+
+  /**
+   * `interrupt`: the session's unfinished runs are revoked as `superseded` (their
+   * heartbeat says so; a reply, even a 200 already on its way, is never recorded nor
+   * delivered) and their messages wait again in D1; then one run carries them and
+   * the waiting ones. The revoked runs leave the outbox (or the accepted list) in
+   * the same synchronous step that stages their replacement, so a restart between
+   * the D1 batch and that step simply does the interrupt again.
+   */
+  private async interrupt(sessionId: string, now: number): Promise<void> {
+    const { outbox, waiting, db } = this.ctx;
+    const items = outbox.all("run").filter((item) => item.payload.sessionId === sessionId);
+    const acceptedIds = waiting.accepted(sessionId);
+    const carried = [
+      ...items.flatMap((item) => carriedBy(item.payload)),
+      ...acceptedIds.flatMap((runId) => waiting.acceptedMessages(runId)),
+    ];
+    const revoked = [...items.map((item) => item.id), ...acceptedIds];
+    try {
+      await db.batch(...revoked.flatMap((runId) => [revokeInterrupted(runId), releaseMessages(sessionId, runId)]));
+    } catch (error) {
+      this.interruptFailures += 1;
+      throw error;
+    }
+    this.interruptFailures = 0;
+    for (const item of items) outbox.complete(item.id);
+    for (const runId of acceptedIds) waiting.over(runId);
+    this.dispatch(sessionId, now, carried);
+  }
+
+  /** Stages one run carrying the session's oldest waiting messages, and takes them off the list. */
+  private dispatch(sessionId: string, now: number, revoked: RoutedMessage[] = []): void {
+    const { waiting, outbox, entry, confirmedRuns } = this.ctx;
+    const rows: WaitingRow[] = waiting.all().filter((row) => row.sessionId === sessionId && row.confirmed);
+    const first = rows[0];
+    if (!first) return;
+    const settings = this.settingsFor(first.message.platform, first.message.chatType);
+    // An interrupt's new run carries every message of the runs it revoked (never left behind), then the waiting ones.
+    const carried = [
+      ...revoked,
+      ...rows.slice(0, Math.max(settings.max_batch - revoked.length, 1)).map((row) => row.message),
+    ];
+    const newest = carried[carried.length - 1]!;
+    // Messages stored before a rotation keep their rows in the parent (their run_id is set there).
+    const movedFrom = [...new Set(rows.map((row) => row.storedIn))].filter((id) => id !== sessionId);
+    const current = entry.entry;
+    const isEntrySession = current?.sessionId === sessionId;
+    const firstRun = isEntrySession && current.firstRunPending;
+    const work = {
+      ...dispatchWork(newId("run"), newest, {
+        sessionId,
+        isNew: firstRun,
+        parentId: isEntrySession ? current.parentId : null,
+        reset: firstRun ? current.reset : null,
+      }),
+      messages: carried,
+      ...(movedFrom.length > 0 ? { movedFrom } : {}),
+    };
+    // One synchronous step: the run is staged and its messages leave the list together.
+    outbox.stage(work.runId, "run", work, now);
+    waiting.remove(carried.map((m) => m.eventId));
+    confirmedRuns.add(work.runId);
+    if (firstRun) entry.update({ firstRunPending: false });
+  }
+}

@@ -1,0 +1,150 @@
+/**
+ * What the routing object keeps for overlapping messages (spec "Overlapping
+ * messages"), in its own SQLite so it survives a restart:
+ * - `overlap_waiting`: stored user messages no run carries yet, each with the
+ *   routed message (a batch's hand-off is rebuilt from it after a restart), staged
+ *   before the D1 batch that stores the message and confirmed once D1 has it;
+ * - `overlap_accepted`: runs the agent accepted (202) and has not finished, which
+ *   keep later messages waiting in `queue` mode (a run still in the outbox does so
+ *   by its outbox item).
+ * Created idempotently when the object wakes; every write is synchronous.
+ */
+import type { RoutedMessage } from "../domain/inbound";
+import { metered } from "./outbox-table";
+
+/** One waiting message as stored. */
+export interface WaitingRow {
+  eventId: string;
+  /** The session whose next run carries it (a rotation moves it to the continuation). */
+  sessionId: string;
+  /** The session D1 stored it in (its `run_id` is set there). */
+  storedIn: string;
+  message: RoutedMessage;
+  /** D1 has the message (false only for a row staged before a batch whose outcome a restart lost). */
+  confirmed: boolean;
+}
+
+interface WaitingSqlRow extends Record<string, SqlStorageValue> {
+  event_id: string;
+  session_id: string;
+  stored_in: string;
+  message: string;
+  confirmed: number;
+}
+
+export class WaitingRoom {
+  constructor(private readonly sql: SqlStorage) {
+    sql.exec(`CREATE TABLE IF NOT EXISTS overlap_waiting (
+      seq INTEGER PRIMARY KEY AUTOINCREMENT, event_id TEXT NOT NULL UNIQUE, session_id TEXT NOT NULL,
+      stored_in TEXT NOT NULL, received_at INTEGER NOT NULL, message TEXT NOT NULL, confirmed INTEGER NOT NULL DEFAULT 0)`);
+    sql.exec(
+      `CREATE TABLE IF NOT EXISTS overlap_accepted (run_id TEXT PRIMARY KEY, session_id TEXT NOT NULL, messages TEXT NOT NULL)`,
+    );
+  }
+
+  /**
+   * Stages a message that waits, before the D1 batch that stores it. False (and
+   * nothing written) when it already waits: a platform's resend must not replace,
+   * nor on its duplicate answer remove, the row of the message it repeats.
+   */
+  add(sessionId: string, message: RoutedMessage): boolean {
+    const known = metered(this.sql, `SELECT 1 AS one FROM overlap_waiting WHERE event_id = ?`, message.eventId);
+    if (known.length > 0) return false;
+    metered(
+      this.sql,
+      `INSERT INTO overlap_waiting (event_id, session_id, stored_in, received_at, message, confirmed)
+        VALUES (?, ?, ?, ?, ?, 0)`,
+      message.eventId,
+      sessionId,
+      sessionId,
+      message.receivedAt,
+      JSON.stringify(message),
+    );
+    return true;
+  }
+
+  /** D1 stored the message in `sessionId`. */
+  confirm(eventId: string, sessionId: string): void {
+    metered(
+      this.sql,
+      `UPDATE overlap_waiting SET confirmed = 1, session_id = ?, stored_in = ? WHERE event_id = ?`,
+      sessionId,
+      sessionId,
+      eventId,
+    );
+  }
+
+  remove(eventIds: readonly string[]): void {
+    for (const eventId of eventIds) metered(this.sql, `DELETE FROM overlap_waiting WHERE event_id = ?`, eventId);
+  }
+
+  /** Every waiting message, oldest first (arrival order within one instant). */
+  all(): WaitingRow[] {
+    return metered<WaitingSqlRow>(
+      this.sql,
+      `SELECT event_id, session_id, stored_in, message, confirmed FROM overlap_waiting ORDER BY received_at, seq`,
+    ).map((row) => ({
+      eventId: row.event_id,
+      sessionId: row.session_id,
+      storedIn: row.stored_in,
+      message: JSON.parse(row.message) as RoutedMessage,
+      confirmed: row.confirmed === 1,
+    }));
+  }
+
+  /** How many messages of `sessionId` wait (all sessions when omitted). */
+  count(sessionId?: string): number {
+    const rows =
+      sessionId === undefined
+        ? metered<{ n: number }>(this.sql, `SELECT COUNT(*) AS n FROM overlap_waiting`)
+        : metered<{ n: number }>(this.sql, `SELECT COUNT(*) AS n FROM overlap_waiting WHERE session_id = ?`, sessionId);
+    return rows[0]?.n ?? 0;
+  }
+
+  /** The session ended: nothing of it waits any more (D1 records them not dispatched in the ending batch). */
+  dropSession(sessionId: string): void {
+    metered(this.sql, `DELETE FROM overlap_waiting WHERE session_id = ?`, sessionId);
+    metered(this.sql, `DELETE FROM overlap_accepted WHERE session_id = ?`, sessionId);
+  }
+
+  /** A rotation: what waits in `from`, and its accepted runs, go on in the continuation `to`. */
+  moveSession(from: string, to: string): void {
+    metered(this.sql, `UPDATE overlap_waiting SET session_id = ? WHERE session_id = ?`, to, from);
+    metered(this.sql, `UPDATE overlap_accepted SET session_id = ? WHERE session_id = ?`, to, from);
+  }
+
+  /** The agent accepted `runId` (202): it is unfinished until its reply, revocation or lease lapse. */
+  accept(runId: string, sessionId: string, messages: readonly RoutedMessage[]): void {
+    metered(
+      this.sql,
+      `INSERT OR REPLACE INTO overlap_accepted (run_id, session_id, messages) VALUES (?, ?, ?)`,
+      runId,
+      sessionId,
+      JSON.stringify(messages),
+    );
+  }
+
+  /** The messages an accepted run carries (an interrupt hands them to the run that replaces it). */
+  acceptedMessages(runId: string): RoutedMessage[] {
+    const [row] = metered<{ messages: string }>(
+      this.sql,
+      `SELECT messages FROM overlap_accepted WHERE run_id = ?`,
+      runId,
+    );
+    return row ? (JSON.parse(row.messages) as RoutedMessage[]) : [];
+  }
+
+  /** The accepted run is over (finished, revoked, failed or lapsed). */
+  over(runId: string): void {
+    metered(this.sql, `DELETE FROM overlap_accepted WHERE run_id = ?`, runId);
+  }
+
+  /** Accepted runs of `sessionId` believed unfinished. */
+  accepted(sessionId: string): string[] {
+    return metered<{ run_id: string }>(
+      this.sql,
+      `SELECT run_id FROM overlap_accepted WHERE session_id = ?`,
+      sessionId,
+    ).map((row) => row.run_id);
+  }
+}

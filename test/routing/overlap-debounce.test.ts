@@ -1,0 +1,74 @@
+/**
+ * OVERLAP `debounce_ms` through the worker's own fetch and the routing object's
+ * alarm (spec "Overlapping messages"): in any mode a run is dispatched only once
+ * `debounce_ms` passed without a new message for the session; the messages of that
+ * window join one run, and the alarm (armed by the alarm plan at the window's end)
+ * dispatches it.
+ */
+import { afterEach, beforeEach, describe, expect, it } from "vitest";
+import { T0, alarmOf, genericKey, restoreClock, router, runAlarm, send, setNow, unique, useConfig } from "../helpers";
+import { accepted, agentConfig, fakeServices, replyWith } from "../agent/support";
+
+let services: ReturnType<typeof fakeServices>;
+
+const debounce = (mode: string) => agentConfig({ HOOK_URLS: "", OVERLAP: JSON.stringify({ mode, debounce_ms: 1500 }) });
+
+beforeEach(() => setNow(T0));
+afterEach(() => {
+  services?.restore();
+  restoreClock();
+  useConfig(null);
+});
+
+const callTexts = () => services.agentCalls().map((c) => (c.json.messages as { text: string }[]).map((m) => m.text));
+
+describe("debounce_ms (queue)", () => {
+  it("the window's messages join one run, dispatched by the alarm once the window is quiet", async () => {
+    useConfig(debounce("queue"));
+    services = fakeServices(() => replyWith("ok"));
+    const chat = unique("chat");
+    const key = genericKey(chat);
+    const first = await send({ chat_id: chat, text: "so" });
+    expect(first).toMatchObject({ status: 200, body: { accepted: true, duplicate: false } });
+    expect(await alarmOf(key)).toBe(T0 + 1500);
+    setNow(T0 + 800);
+    await send({ chat_id: chat, text: "about that" });
+    // The alarm never moves later by itself: it comes at the first window's end, finds
+    // the window still open, and re-arms at its new end.
+    setNow(T0 + 1500);
+    await runAlarm(key);
+    await router(key).drained();
+    expect(callTexts()).toEqual([]);
+    expect(await alarmOf(key)).toBe(T0 + 2300);
+    setNow(T0 + 2300);
+    await runAlarm(key);
+    await router(key).drained();
+    expect(callTexts()).toEqual([["so", "about that"]]);
+    // The first run of a new session says so.
+    expect(services.agentCalls()[0]!.json.session).toMatchObject({ id: first.body.session_id, is_new: true });
+    expect(services.replies().map((r) => r.text)).toEqual(["ok"]);
+  });
+});
+
+describe("debounce_ms (concurrent)", () => {
+  it("a window's messages join one run; the next window does not wait for an unfinished run", async () => {
+    useConfig(debounce("concurrent"));
+    services = fakeServices(() => accepted());
+    const chat = unique("chat");
+    const key = genericKey(chat);
+    await send({ chat_id: chat, text: "a" });
+    setNow(T0 + 100);
+    await send({ chat_id: chat, text: "b" });
+    setNow(T0 + 1600);
+    await runAlarm(key);
+    await router(key).drained();
+    expect(callTexts()).toEqual([["a", "b"]]);
+    // Run one is unfinished (202); a new window still gets its run once quiet.
+    setNow(T0 + 2000);
+    await send({ chat_id: chat, text: "c" });
+    setNow(T0 + 3500);
+    await runAlarm(key);
+    await router(key).drained();
+    expect(callTexts()).toEqual([["a", "b"], ["c"]]);
+  });
+});

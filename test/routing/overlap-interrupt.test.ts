@@ -1,0 +1,167 @@
+/**
+ * OVERLAP `interrupt` through the worker's own fetch and the routing object's alarm
+ * (spec "Overlapping messages", invariant 11): a message that arrives while a run is
+ * unfinished revokes that run as `superseded` (its heartbeat says so; its reply, even
+ * a 200 already on its way, is never recorded nor delivered), and one new run
+ * carries the revoked run's messages and the new one. The webhook only stores the
+ * message (as in `queue` mode); the alarm carries the interrupt out.
+ */
+import { env } from "cloudflare:test";
+import { afterEach, beforeEach, describe, expect, it } from "vitest";
+import {
+  T0,
+  adminFetch,
+  alarmOf,
+  genericKey,
+  messagesOf,
+  restoreClock,
+  router,
+  runAlarm,
+  send,
+  setNow,
+  unique,
+  useConfig,
+} from "../helpers";
+import { accepted, agentApi, agentConfig, fakeServices, replyWith } from "../agent/support";
+
+let services: ReturnType<typeof fakeServices>;
+
+const INTERRUPT = { HOOK_URLS: "", OVERLAP: JSON.stringify({ mode: "interrupt" }) };
+
+beforeEach(() => {
+  setNow(T0);
+  useConfig(agentConfig(INTERRUPT));
+});
+afterEach(() => {
+  services?.restore();
+  restoreClock();
+  useConfig(null);
+});
+
+const callTexts = () => services.agentCalls().map((c) => (c.json.messages as { text: string }[]).map((m) => m.text));
+
+async function runOf(runId: string) {
+  return env.DB.prepare(`SELECT revoked_reason, finished_at FROM runs WHERE id = ?`).bind(runId).first<any>();
+}
+
+describe("interrupt: the agent accepted the run (202)", () => {
+  it("revokes it as superseded; one new run carries its message and the new one; its late reply gets 409", async () => {
+    services = fakeServices((request) => (request.json.messages.length === 1 ? accepted() : replyWith("to both")));
+    const chat = unique("chat");
+    const key = genericKey(chat);
+    const one = await send({ chat_id: chat, text: "one" });
+    await runAlarm(key);
+    const first = services.agentCalls()[0]!.json;
+    setNow(T0 + 1);
+    const two = await send({ chat_id: chat, text: "two" });
+    // The interrupt is the alarm's to carry out, at once (the run's lease alone would wait 10 minutes).
+    expect(await alarmOf(key)).toBeLessThanOrEqual(T0 + 2);
+    expect(two).toMatchObject({
+      status: 200,
+      body: { accepted: true, duplicate: false, session_id: one.body.session_id },
+    });
+    await runAlarm(key);
+    await router(key).drained();
+    await runAlarm(key);
+    expect(callTexts()).toEqual([["one"], ["one", "two"]]);
+    const second = services.agentCalls()[1]!.json;
+    expect(second.message).toMatchObject({ text: "two" });
+    expect(await agentApi(`/v1/runs/${first.run_id}/heartbeat`, first.run_token)).toEqual({
+      status: 409,
+      body: { owns: false, reason: "superseded" },
+    });
+    const late = await agentApi(`/v1/runs/${first.run_id}/reply`, first.run_token, { text: "stale answer" });
+    expect(late.status).toBe(409);
+    await router(key).drained();
+    await runAlarm(key);
+    expect(services.replies().map((r) => r.text)).toEqual(["to both"]);
+    expect((await messagesOf(one.body.session_id)).map((m) => [m.role, m.text])).toEqual([
+      ["user", "one"],
+      ["user", "two"],
+      ["assistant", "to both"],
+    ]);
+    // Both messages are carried by the new run; the old one shows revoked.
+    const body = (await (await adminFetch(`/admin/sessions/${one.body.session_id}`)).json()) as any;
+    const users = body.messages.filter((m: any) => m.role === "user");
+    expect(users.map((m: any) => m.run_id)).toEqual([second.run_id, second.run_id]);
+    // The revoked run carries no message any more; D1 keeps it, revoked, its reply never added.
+    expect(body.runs.map((r: any) => [r.run_id, r.status])).toEqual([[second.run_id, "finished"]]);
+    expect(await runOf(first.run_id)).toMatchObject({ revoked_reason: "superseded" });
+  });
+});
+
+describe("interrupt: the agent is slow (a 200 already on its way)", () => {
+  it("the revoked run's 200 is never recorded nor delivered", async () => {
+    let release!: () => void;
+    const released = new Promise<void>((resolve) => (release = resolve));
+    let reached!: () => void;
+    const called = new Promise<void>((resolve) => (reached = resolve));
+    services = fakeServices(async (request) => {
+      if (request.json.messages.length === 1) {
+        reached();
+        await released;
+        return replyWith("stale answer");
+      }
+      return replyWith("to both");
+    });
+    const chat = unique("chat");
+    const key = genericKey(chat);
+    const one = await send({ chat_id: chat, text: "one" });
+    const slow = runAlarm(key);
+    await called;
+    const first = services.agentCalls()[0]!.json;
+    setNow(T0 + 1);
+    await send({ chat_id: chat, text: "two" });
+    // This alarm revokes the slow run, then waits for the drain the slow hand-off holds.
+    const interrupting = runAlarm(key);
+    for (let i = 0; i < 100 && (await runOf(first.run_id))?.revoked_reason !== "superseded"; i++)
+      await new Promise((r) => setTimeout(r, 10));
+    expect(await runOf(first.run_id)).toMatchObject({ revoked_reason: "superseded", finished_at: null });
+    release();
+    await slow;
+    await interrupting;
+    await router(key).drained();
+    await runAlarm(key);
+    expect(callTexts()).toEqual([["one"], ["one", "two"]]);
+    expect(services.replies().map((r) => r.text)).toEqual(["to both"]);
+    expect((await messagesOf(one.body.session_id)).map((m) => m.text)).toEqual(["one", "two", "to both"]);
+  });
+});
+
+describe("interrupt: the agent is down (503), then up", () => {
+  it("the retried run is replaced by one carrying both messages", async () => {
+    let up = false;
+    services = fakeServices(() => (up ? replyWith("to both") : new Response("down", { status: 503 })));
+    const chat = unique("chat");
+    const key = genericKey(chat);
+    const one = await send({ chat_id: chat, text: "one" });
+    await runAlarm(key);
+    setNow(T0 + 1);
+    await send({ chat_id: chat, text: "two" });
+    up = true;
+    await runAlarm(key);
+    await router(key).drained();
+    await runAlarm(key);
+    expect(callTexts()).toEqual([["one"], ["one", "two"]]);
+    expect(services.replies().map((r) => r.text)).toEqual(["to both"]);
+    expect((await messagesOf(one.body.session_id)).map((m) => m.text)).toEqual(["one", "two", "to both"]);
+  });
+});
+
+describe("interrupt: nothing unfinished", () => {
+  it("a run that failed for good (4xx) is not revoked: the next message gets its own run", async () => {
+    services = fakeServices((request) =>
+      request.json.message.text === "bad" ? new Response("no", { status: 400 }) : replyWith("fine"),
+    );
+    const chat = unique("chat");
+    const key = genericKey(chat);
+    await send({ chat_id: chat, text: "bad" });
+    await runAlarm(key);
+    setNow(T0 + 1);
+    await send({ chat_id: chat, text: "good" });
+    await runAlarm(key);
+    await router(key).drained();
+    expect(callTexts()).toEqual([["bad"], ["good"]]);
+    expect(services.replies().map((r) => r.text)).toEqual(["fine"]);
+  });
+});

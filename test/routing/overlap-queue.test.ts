@@ -1,0 +1,444 @@
+/**
+ * OVERLAP `queue` (the default) through the worker's own fetch and the routing
+ * object's alarm (spec "Overlapping messages", invariants 6 and 11): a message that
+ * arrives while a run is unfinished is stored, acknowledged as always, and waits in
+ * the object's own storage; once that run is over (reply, `{"reply": null}`, failed
+ * for good, lease lapsed) one run carries every waiting message, oldest first. With
+ * the agent fast, slow, down, answering 202 then through the API, and failing for good.
+ */
+import { env, runInDurableObject } from "cloudflare:test";
+import { afterEach, beforeEach, describe, expect, it } from "vitest";
+import {
+  MINUTE,
+  T0,
+  adminFetch,
+  genericKey,
+  messagesOf,
+  restoreClock,
+  router,
+  runAlarm,
+  send,
+  sessionRow,
+  setNow,
+  unique,
+  useConfig,
+} from "../helpers";
+import { RUN_LEASE_MS } from "../../src/domain/turn-hold";
+import { SessionRouter } from "../../src/routing/router";
+import { accepted, agentApi, agentConfig, fakeServices, replyWith } from "../agent/support";
+
+let services: ReturnType<typeof fakeServices>;
+
+beforeEach(() => {
+  setNow(T0);
+  useConfig(agentConfig({ HOOK_URLS: "" }));
+});
+afterEach(() => {
+  services?.restore();
+  restoreClock();
+  useConfig(null);
+});
+
+/** The session answer's messages and runs. */
+async function sessionAnswer(sessionId: string): Promise<{ messages: any[]; runs: any[] }> {
+  return (await (await adminFetch(`/admin/sessions/${sessionId}`)).json()) as any;
+}
+
+/** Each user message's text with the texts its run carries (null while it waits). */
+async function carriedTexts(sessionId: string): Promise<[string, string[] | null, string | null][]> {
+  const { messages } = await sessionAnswer(sessionId);
+  // Every run of the key: a rotation moves runs to the continuation.
+  const runs = await env.DB.prepare(
+    `SELECT id, message, messages FROM runs WHERE session_key = (SELECT session_key FROM sessions WHERE id = ?)`,
+  )
+    .bind(sessionId)
+    .all<{ id: string; message: string; messages: string | null }>();
+  const byId = new Map(runs.results.map((r) => [r.id, r]));
+  return messages
+    .filter((m) => m.role === "user")
+    .map((m) => {
+      const run = m.run_id ? byId.get(m.run_id) : undefined;
+      const texts = run
+        ? run.messages
+          ? (JSON.parse(run.messages) as { text: string }[]).map((c) => c.text)
+          : [(JSON.parse(run.message) as { text: string }).text]
+        : null;
+      return [m.text, texts, m.not_dispatched];
+    });
+}
+
+const callTexts = () => services.agentCalls().map((c) => (c.json.messages as { text: string }[]).map((m) => m.text));
+
+describe("queue: the agent answers at once (fast)", () => {
+  it("one run carries every message that waited, oldest first, message the newest; every reply delivered", async () => {
+    services = fakeServices((request) => replyWith(`re: ${request.json.message.text}`));
+    const chat = unique("chat");
+    const key = genericKey(chat);
+    const one = await send({ chat_id: chat, text: "one" });
+    setNow(T0 + 1);
+    const two = await send({ chat_id: chat, text: "two" });
+    setNow(T0 + 2);
+    const three = await send({ chat_id: chat, text: "three" });
+    // A message that waits is answered exactly as any other.
+    for (const sent of [two, three]) {
+      expect(sent).toMatchObject({
+        status: 200,
+        body: { accepted: true, duplicate: false, session_id: one.body.session_id },
+      });
+    }
+    const sessionId = one.body.session_id as string;
+    // "one" got its run id with the message; the two after it wait (run_id null).
+    expect((await sessionAnswer(sessionId)).messages.map((m: any) => [m.text, typeof m.run_id])).toEqual([
+      ["one", "string"],
+      ["two", "object"],
+      ["three", "object"],
+    ]);
+    await runAlarm(key);
+    await router(key).drained();
+    expect(callTexts()).toEqual([["one"], ["two", "three"]]);
+    const second = services.agentCalls()[1]!.json;
+    expect(second.message).toEqual(second.messages[1]);
+    expect(second.message).toMatchObject({ event_id: three.eventId, text: "three", received_at: T0 + 2 });
+    expect(second.session).toMatchObject({ id: sessionId, is_new: false });
+    expect(await carriedTexts(sessionId)).toEqual([
+      ["one", ["one"], null],
+      ["two", ["two", "three"], null],
+      ["three", ["two", "three"], null],
+    ]);
+    expect(services.replies().map((r) => r.text)).toEqual(["re: one", "re: three"]);
+    const { runs } = await sessionAnswer(sessionId);
+    expect(runs.map((r: any) => r.status)).toEqual(["finished", "finished"]);
+  });
+
+  it("a platform's resend of a waiting message is a duplicate, and the message still gets its run", async () => {
+    services = fakeServices((request) => replyWith(`re: ${request.json.message.text}`));
+    const chat = unique("chat");
+    const key = genericKey(chat);
+    await send({ chat_id: chat, text: "one" });
+    const two = await send({ chat_id: chat, text: "two" });
+    const resent = await send({ chat_id: chat, text: "two", event_id: two.eventId });
+    expect(resent).toMatchObject({ status: 200, body: { duplicate: true, session_id: two.body.session_id } });
+    await runAlarm(key);
+    await router(key).drained();
+    expect(callTexts()).toEqual([["one"], ["two"]]);
+  });
+
+  it("at most max_batch messages a run; the rest wait for the next", async () => {
+    useConfig(agentConfig({ HOOK_URLS: "", OVERLAP: JSON.stringify({ max_batch: 2 }) }));
+    services = fakeServices(() => replyWith("ok"));
+    const chat = unique("chat");
+    const key = genericKey(chat);
+    for (const [i, text] of ["a", "b", "c", "d", "e"].entries()) {
+      setNow(T0 + i);
+      await send({ chat_id: chat, text });
+    }
+    await runAlarm(key);
+    await router(key).drained();
+    expect(callTexts()).toEqual([["a"], ["b", "c"], ["d", "e"]]);
+  });
+});
+
+describe("queue: the agent is slow (a hand-off in flight)", () => {
+  it("a message sent meanwhile is not handed over until the slow run's reply is recorded", async () => {
+    let release!: () => void;
+    const released = new Promise<void>((resolve) => (release = resolve));
+    let reached!: () => void;
+    const called = new Promise<void>((resolve) => (reached = resolve));
+    services = fakeServices(async (request) => {
+      if (request.json.message.text === "slow") {
+        reached();
+        await released;
+      }
+      return replyWith(`re: ${request.json.message.text}`);
+    });
+    const chat = unique("chat");
+    const key = genericKey(chat);
+    await send({ chat_id: chat, text: "slow" });
+    const alarm = runAlarm(key);
+    await called;
+    const quick = await send({ chat_id: chat, text: "quick" });
+    expect(quick.status).toBe(200);
+    for (let i = 0; i < 20; i++) await new Promise((r) => setTimeout(r, 5));
+    expect(callTexts()).toEqual([["slow"]]);
+    release();
+    await alarm;
+    await router(key).drained();
+    expect(callTexts()).toEqual([["slow"], ["quick"]]);
+    expect(services.replies().map((r) => r.text)).toEqual(["re: slow", "re: quick"]);
+  });
+});
+
+describe("queue: the agent is down (503), then up", () => {
+  it("waiting messages stay behind the retried run, and the session is held past its deadline (invariant 6)", async () => {
+    let up = false;
+    services = fakeServices((request) =>
+      up ? replyWith(`re: ${request.json.message.text}`) : new Response("down", { status: 503 }),
+    );
+    const chat = unique("chat");
+    const key = genericKey(chat);
+    const one = await send({ chat_id: chat, text: "one" });
+    setNow(T0 + 1);
+    await send({ chat_id: chat, text: "two" });
+    await runAlarm(key);
+    expect(callTexts()).toEqual([["one"]]);
+    // Past the idle deadline (60 minutes): the retried run and the waiting message hold it.
+    setNow(T0 + 61 * MINUTE);
+    await runAlarm(key);
+    expect(await sessionRow(one.body.session_id)).toMatchObject({ end_reason: null });
+    up = true;
+    setNow(T0 + 62 * MINUTE);
+    await runAlarm(key);
+    await router(key).drained();
+    expect(callTexts().slice(-2)).toEqual([["one"], ["two"]]);
+    expect(services.replies().map((r) => r.text)).toEqual(["re: one", "re: two"]);
+    // Both turns over: the alarm ends the session once idle again after the late reply.
+    setNow(T0 + 123 * MINUTE);
+    await runAlarm(key);
+    expect(await sessionRow(one.body.session_id)).toMatchObject({ end_reason: "idle" });
+  });
+});
+
+describe("queue: the agent accepts (202) and replies through the run API", () => {
+  it("messages wait until the accepted run's reply; then one run carries them", async () => {
+    services = fakeServices(() => accepted());
+    const chat = unique("chat");
+    const key = genericKey(chat);
+    const one = await send({ chat_id: chat, text: "one" });
+    await runAlarm(key);
+    const first = services.agentCalls()[0]!.json;
+    setNow(T0 + 1);
+    await send({ chat_id: chat, text: "two" });
+    setNow(T0 + 2);
+    await send({ chat_id: chat, text: "three" });
+    await runAlarm(key);
+    expect(callTexts()).toEqual([["one"]]);
+    // The accepted run is not superseded by messages that wait behind it.
+    expect(await agentApi(`/v1/runs/${first.run_id}/heartbeat`, first.run_token)).toEqual({
+      status: 200,
+      body: { owns: true },
+    });
+    setNow(T0 + 3);
+    expect((await agentApi(`/v1/runs/${first.run_id}/reply`, first.run_token, { text: "to one" })).status).toBe(200);
+    await router(key).drained();
+    await runAlarm(key);
+    expect(callTexts()).toEqual([["one"], ["two", "three"]]);
+    const second = services.agentCalls()[1]!.json;
+    setNow(T0 + 4);
+    expect(
+      await agentApi(`/v1/runs/${second.run_id}/reply`, second.run_token, { text: "to two and three" }),
+    ).toMatchObject({ status: 200 });
+    await router(key).drained();
+    await runAlarm(key);
+    expect(services.replies().map((r) => r.text)).toEqual(["to one", "to two and three"]);
+    expect((await messagesOf(one.body.session_id)).map((m) => [m.role, m.text])).toEqual([
+      ["user", "one"],
+      ["user", "two"],
+      ["user", "three"],
+      ["assistant", "to one"],
+      ["assistant", "to two and three"],
+    ]);
+  });
+
+  it("an accepted run whose lease lapses hands the waiting messages on; the session is not reaped", async () => {
+    services = fakeServices(() => accepted());
+    const chat = unique("chat");
+    const key = genericKey(chat);
+    const one = await send({ chat_id: chat, text: "one" });
+    await runAlarm(key);
+    setNow(T0 + 1);
+    await send({ chat_id: chat, text: "two" });
+    setNow(T0 + RUN_LEASE_MS + 1);
+    await runAlarm(key);
+    await router(key).drained();
+    expect(callTexts()).toEqual([["one"], ["two"]]);
+    expect(await sessionRow(one.body.session_id)).toMatchObject({ end_reason: null });
+  });
+});
+
+describe("queue: expiry waits for the waiting messages too (invariant 6)", () => {
+  it("an accepted run gone silent past the deadline: the message behind it is handed over, not dropped", async () => {
+    useConfig(agentConfig({ HOOK_URLS: "", SESSION_RESET: JSON.stringify({ mode: "idle", idle_minutes: 5 }) }));
+    services = fakeServices((request) =>
+      request.json.message.text === "one" ? accepted() : replyWith(`re: ${request.json.message.text}`),
+    );
+    const chat = unique("chat");
+    const key = genericKey(chat);
+    const one = await send({ chat_id: chat, text: "one" });
+    await runAlarm(key);
+    setNow(T0 + 1);
+    await send({ chat_id: chat, text: "two" });
+    // Past the idle deadline (5 minutes) and past run one's lease (10 minutes).
+    setNow(T0 + RUN_LEASE_MS + 1);
+    await runAlarm(key);
+    await router(key).drained();
+    await runAlarm(key);
+    expect(callTexts()).toEqual([["one"], ["two"]]);
+    expect(services.replies().map((r) => r.text)).toEqual(["re: two"]);
+    expect((await messagesOf(one.body.session_id)).map((m) => m.text)).toEqual(["one", "two", "re: two"]);
+  });
+});
+
+describe("queue: a rotation while messages wait", () => {
+  it("what waited in the parent is carried by the continuation's next run", async () => {
+    services = fakeServices((request) => (request.json.message.text === "one" ? accepted() : replyWith("re: two")));
+    const chat = unique("chat");
+    const key = genericKey(chat);
+    const one = await send({ chat_id: chat, text: "one" });
+    await runAlarm(key);
+    const first = services.agentCalls()[0]!.json;
+    setNow(T0 + 1);
+    await send({ chat_id: chat, text: "two" });
+    const rotated = await agentApi(`/v1/sessions/${one.body.session_id}/rotate`, first.run_token, {
+      reason: "compression",
+    });
+    const continuation = rotated.body.session_id as string;
+    setNow(T0 + 2);
+    await agentApi(`/v1/runs/${first.run_id}/reply`, first.run_token, { text: "to one" });
+    await router(key).drained();
+    await runAlarm(key);
+    expect(callTexts()).toEqual([["one"], ["two"]]);
+    expect(services.agentCalls()[1]!.json.session).toMatchObject({ id: continuation, parent_id: one.body.session_id });
+    expect(await carriedTexts(one.body.session_id)).toEqual([
+      ["one", ["one"], null],
+      ["two", ["two"], null],
+    ]);
+    expect(services.replies().map((r) => r.text)).toEqual(["to one", "re: two"]);
+  });
+});
+
+describe("queue: the agent fails for good (4xx)", () => {
+  it("the failed run is over: what waited gets its run", async () => {
+    services = fakeServices((request) =>
+      request.json.message.text === "bad" ? new Response("no", { status: 400 }) : replyWith("fine"),
+    );
+    const chat = unique("chat");
+    const key = genericKey(chat);
+    const bad = await send({ chat_id: chat, text: "bad" });
+    setNow(T0 + 1);
+    await send({ chat_id: chat, text: "good" });
+    await runAlarm(key);
+    await router(key).drained();
+    expect(callTexts()).toEqual([["bad"], ["good"]]);
+    const { runs } = await sessionAnswer(bad.body.session_id);
+    expect(runs.map((r: any) => r.status)).toEqual(["failed", "finished"]);
+    expect(services.replies().map((r) => r.text)).toEqual(["fine"]);
+  });
+
+  it("an operator retry of a failed run that carried several messages hands all of them over again", async () => {
+    let failing = true;
+    services = fakeServices((request) =>
+      failing && request.json.messages.length > 1 ? new Response("no", { status: 400 }) : replyWith("ok"),
+    );
+    const chat = unique("chat");
+    const key = genericKey(chat);
+    const one = await send({ chat_id: chat, text: "one" });
+    setNow(T0 + 1);
+    await send({ chat_id: chat, text: "two" });
+    setNow(T0 + 2);
+    await send({ chat_id: chat, text: "three" });
+    await runAlarm(key);
+    await router(key).drained();
+    expect(callTexts()).toEqual([["one"], ["two", "three"]]);
+    const failed = services.agentCalls()[1]!.json.run_id as string;
+    failing = false;
+    const retried = await adminFetch(`/admin/runs/${failed}/retry`, { method: "POST" });
+    expect(retried.status).toBe(200);
+    await router(key).drained();
+    await runAlarm(key);
+    expect(callTexts()).toEqual([["one"], ["two", "three"], ["two", "three"]]);
+    expect(services.agentCalls()[2]!.json.run_id).toBe(failed);
+    expect(await carriedTexts(one.body.session_id)).toEqual([
+      ["one", ["one"], null],
+      ["two", ["two", "three"], null],
+      ["three", ["two", "three"], null],
+    ]);
+  });
+});
+
+describe("waiting messages survive a restart of the routing object", () => {
+  it("a fresh instance over the same storage hands them over, in one run", async () => {
+    services = fakeServices(() => replyWith("ok"));
+    const chat = unique("chat");
+    const key = genericKey(chat);
+    const one = await send({ chat_id: chat, text: "one" });
+    setNow(T0 + 1);
+    await send({ chat_id: chat, text: "two" });
+    setNow(T0 + 2);
+    await send({ chat_id: chat, text: "three" });
+    // A new instance of the class over the same durable storage: nothing kept in memory.
+    await runInDurableObject(router(key), async (_instance, state) => {
+      const fresh = new SessionRouter(state, env);
+      await fresh.alarm();
+      await fresh.drained();
+    });
+    expect(callTexts()).toEqual([["one"], ["two", "three"]]);
+    expect(await carriedTexts(one.body.session_id)).toEqual([
+      ["one", ["one"], null],
+      ["two", ["two", "three"], null],
+      ["three", ["two", "three"], null],
+    ]);
+  });
+
+  it("a run staged for waiting messages before the restart is handed over by the fresh instance", async () => {
+    services = fakeServices((request) => (request.json.message.text === "one" ? accepted() : replyWith("ok")));
+    const chat = unique("chat");
+    const key = genericKey(chat);
+    const one = await send({ chat_id: chat, text: "one" });
+    await runAlarm(key);
+    const first = services.agentCalls()[0]!.json;
+    setNow(T0 + 1);
+    await send({ chat_id: chat, text: "two" });
+    // The reply through the API stages the run that carries "two"; then the object restarts.
+    await agentApi(`/v1/runs/${first.run_id}/reply`, first.run_token, { text: "to one" });
+    expect((await router(key).outbox()).filter((item) => item.kind === "run")).toHaveLength(1);
+    await runInDurableObject(router(key), async (_instance, state) => {
+      const fresh = new SessionRouter(state, env);
+      await fresh.alarm();
+      await fresh.drained();
+    });
+    expect(callTexts()).toEqual([["one"], ["two"]]);
+    expect(await carriedTexts(one.body.session_id)).toEqual([
+      ["one", ["one"], null],
+      ["two", ["two"], null],
+    ]);
+  });
+
+  it("a message staged to wait whose batch never reached D1 is dropped, not handed over", async () => {
+    services = fakeServices(() => replyWith("ok"));
+    const chat = unique("chat");
+    const key = genericKey(chat);
+    const one = await send({ chat_id: chat, text: "one" });
+    // What a kill before the batch leaves: a waiting row, unconfirmed, with no message in D1.
+    await runInDurableObject(router(key), (_instance, state) => {
+      state.storage.sql.exec(
+        `INSERT INTO overlap_waiting (event_id, session_id, stored_in, received_at, message, confirmed)
+          VALUES (?, ?, ?, ?, ?, 0)`,
+        "evt-never-stored",
+        one.body.session_id,
+        one.body.session_id,
+        T0,
+        JSON.stringify({ eventId: "evt-never-stored", platform: "generic", text: "ghost", sessionKey: key }),
+      );
+    });
+    await runAlarm(key);
+    await router(key).drained();
+    await runAlarm(key);
+    await router(key).drained();
+    expect(callTexts()).toEqual([["one"]]);
+    expect(await router(key).outbox()).toEqual([]);
+  });
+});
+
+describe("explain", () => {
+  it("counts the messages waiting", async () => {
+    services = fakeServices(() => replyWith("ok"));
+    const chat = unique("chat");
+    const key = genericKey(chat);
+    await send({ chat_id: chat, text: "one" });
+    await send({ chat_id: chat, text: "two" });
+    await send({ chat_id: chat, text: "three" });
+    const explained = (await (await adminFetch(`/admin/routes/${encodeURIComponent(key)}/explain`)).json()) as any;
+    expect(explained.waiting).toBe(2);
+    expect(explained.overlap).toMatchObject({ mode: "queue", source: "default" });
+  });
+});
