@@ -136,9 +136,19 @@ export function recordRunRetry(runId: string, error: string): Statement<number> 
   return exec(`UPDATE runs SET last_error = ? WHERE id = ? AND finished_at IS NULL`, error.slice(0, 500), runId);
 }
 
-/** The agent accepted the run with 202: it is running, and its lease starts now. */
+/**
+ * The agent accepted the run with 202: it is running, and its lease starts now. Only
+ * while it is open: a 202 to a hand-off repeated after the run already finished (its
+ * reply came through the API) or was revoked changes nothing (1 row changed, else 0).
+ */
 export function markRunAccepted(runId: string, now: number): Statement<number> {
-  return exec(`UPDATE runs SET accepted_at = ?, last_heartbeat_at = ? WHERE id = ?`, now, now, runId);
+  return exec(
+    `UPDATE runs SET accepted_at = ?, last_heartbeat_at = ?
+      WHERE id = ? AND finished_at IS NULL AND revoked_reason IS NULL AND failed_at IS NULL`,
+    now,
+    now,
+    runId,
+  );
 }
 
 /**

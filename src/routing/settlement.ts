@@ -214,17 +214,20 @@ export class Settlement {
     // The lease runs from the acceptance, not from the first attempt (which may be
     // long ago when the agent was down): a late acceptance is not a vanished owner.
     const heard = markRunAccepted(runId, now);
-    // Unfinished until its reply, revocation or lease lapse: messages arriving meanwhile wait (queue mode).
+    // Unfinished until its reply, revocation or lease lapse: messages arriving meanwhile
+    // wait (queue mode). Recorded before the batch, so a restart after it still holds them.
     this.ctx.waiting.accept(runId, sessionId, carried);
-    if (!entry.isLive(sessionId)) {
-      await db.batch(heard);
-      return;
+    let changed: number;
+    if (!entry.isLive(sessionId)) [changed] = await db.batch(heard);
+    else {
+      const until = now + RUN_LEASE_MS;
+      const known = entry.liveDeadline;
+      const next = known === undefined || known === null ? until : Math.min(known, until);
+      entry.setDeadline(next);
+      [changed] = await db.batch(heard, setSweepAt(sessionId, next));
     }
-    const until = now + RUN_LEASE_MS;
-    const known = entry.liveDeadline;
-    const next = known === undefined || known === null ? until : Math.min(known, until);
-    entry.setDeadline(next);
-    await db.batch(heard, setSweepAt(sessionId, next));
+    // The run was already over (its reply came first): it holds nothing back.
+    if (changed === 0) this.ctx.waiting.over(runId);
   }
 
   /**

@@ -239,6 +239,38 @@ describe("queue: the agent accepts (202) and replies through the run API", () =>
     ]);
   });
 
+  it("a 202 that comes after the run already finished changes nothing: the next message is not held behind it", async () => {
+    // A hand-off repeated after a restart: the agent replied to the first attempt
+    // through the API, then answers the repeat with 202.
+    services = fakeServices(async (request) => {
+      if (request.json.message.text !== "one") return replyWith(`re: ${request.json.message.text}`);
+      await agentApi(`/v1/runs/${request.json.run_id}/reply`, request.json.run_token, { text: "to one" });
+      return accepted();
+    });
+    const chat = unique("chat");
+    const key = genericKey(chat);
+    const one = await send({ chat_id: chat, text: "one" });
+    await runAlarm(key);
+    await router(key).drained();
+    const runs = await env.DB.prepare(`SELECT accepted_at, finished_at FROM runs WHERE session_id = ?`)
+      .bind(one.body.session_id)
+      .all();
+    expect(runs.results).toEqual([{ accepted_at: null, finished_at: T0 }]);
+    setNow(T0 + 1);
+    await send({ chat_id: chat, text: "two" });
+    // "two" got its own run at once (a run id with the message), instead of waiting
+    // behind the finished run until its lease ran out.
+    expect((await sessionAnswer(one.body.session_id)).messages.map((m: any) => [m.text, typeof m.run_id])).toEqual([
+      ["one", "string"],
+      ["to one", "string"],
+      ["two", "string"],
+    ]);
+    await runAlarm(key);
+    await router(key).drained();
+    expect(callTexts()).toEqual([["one"], ["two"]]);
+    expect(services.replies().map((r) => r.text)).toEqual(["to one", "re: two"]);
+  });
+
   it("an accepted run whose lease lapses hands the waiting messages on; the session is not reaped", async () => {
     services = fakeServices(() => accepted());
     const chat = unique("chat");
