@@ -222,12 +222,16 @@ export interface ReplyRecord {
  */
 function replyChain(reply: ReplyRecord, options: { makeCurrent: boolean }): Statement<unknown>[] {
   const { runId, sessionId, text, liveSince, held, now, deliverable } = reply;
+  // A run made current here was inserted by the statement before (`changes() = 1`), in
+  // this same transaction, so it cannot be revoked: probing it would read its row for nothing.
+  const notRevoked = options.makeCurrent
+    ? { sql: "", params: [] }
+    : { sql: "AND NOT EXISTS (SELECT 1 FROM runs WHERE id = ? AND revoked_reason IS NOT NULL)", params: [runId] };
   return [
     exec(
       `UPDATE sessions SET last_active_at = MAX(last_active_at, ?), message_count = message_count + 1,
           current_run_id = CASE WHEN ? THEN ? ELSE current_run_id END
-        WHERE id = ? AND changes() = 1 AND ? AND end_reason IS NULL AND (? OR last_active_at >= ?)
-          AND NOT EXISTS (SELECT 1 FROM runs WHERE id = ? AND revoked_reason IS NOT NULL)`,
+        WHERE id = ? AND changes() = 1 AND ? AND end_reason IS NULL AND (? OR last_active_at >= ?) ${notRevoked.sql}`,
       now,
       options.makeCurrent ? 1 : 0,
       runId,
@@ -235,7 +239,7 @@ function replyChain(reply: ReplyRecord, options: { makeCurrent: boolean }): Stat
       text === null ? 0 : 1,
       held ? 1 : 0,
       sqlTime(liveSince),
-      runId,
+      ...notRevoked.params,
     ),
     exec(
       `INSERT INTO messages (session_id, seq, role, text, created_at, event_id, run_id)

@@ -43,6 +43,7 @@ interface OutboxRow extends Record<string, SqlStorageValue> {
   attempts: number;
   last_error: string | null;
   created_at: number;
+  seq: number;
 }
 
 /** Runs one statement, adding its rows read and written to the metrics (billed like D1's). */
@@ -67,12 +68,19 @@ export class OutboxTable {
     this.sql.exec(`CREATE TABLE IF NOT EXISTS outbox (
       id TEXT PRIMARY KEY, kind TEXT NOT NULL, payload TEXT NOT NULL, due_at INTEGER NOT NULL,
       attempts INTEGER NOT NULL DEFAULT 0, last_error TEXT, created_at INTEGER NOT NULL,
-      seq INTEGER NOT NULL DEFAULT 0) WITHOUT ROWID`);
+      seq INTEGER NOT NULL DEFAULT 0, session_id TEXT) WITHOUT ROWID`);
     try {
       this.sql.exec(`SELECT seq FROM outbox LIMIT 0`);
     } catch {
       // An outbox created before `seq` existed.
       this.sql.exec(`ALTER TABLE outbox ADD COLUMN seq INTEGER NOT NULL DEFAULT 0`);
+    }
+    try {
+      this.sql.exec(`SELECT session_id FROM outbox LIMIT 0`);
+    } catch {
+      // An outbox created before `session_id` existed: its hand-offs learn their session.
+      this.sql.exec(`ALTER TABLE outbox ADD COLUMN session_id TEXT`);
+      this.sql.exec(`UPDATE outbox SET session_id = json_extract(payload, '$.sessionId') WHERE kind = 'run'`);
     }
     // The outbox holds a handful of rows at a time: scanning them is cheaper than an
     // index written twice (insert and delete) for every message.
@@ -90,15 +98,15 @@ export class OutboxTable {
     this.insert(
       item,
       `ON CONFLICT (id) DO UPDATE SET kind = excluded.kind, payload = excluded.payload, due_at = excluded.due_at,
-        attempts = excluded.attempts, last_error = excluded.last_error`,
+        attempts = excluded.attempts, last_error = excluded.last_error, session_id = excluded.session_id`,
     );
   }
 
   private insert(item: OutboxItem, onConflict: string): void {
     metered(
       this.sql,
-      `INSERT INTO outbox (id, kind, payload, due_at, attempts, last_error, created_at, seq)
-        VALUES (?, ?, ?, ?, ?, ?, ?, ?) ${onConflict}`,
+      `INSERT INTO outbox (id, kind, payload, due_at, attempts, last_error, created_at, seq, session_id)
+        VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ${onConflict}`,
       item.id,
       item.kind,
       JSON.stringify(item.payload),
@@ -107,6 +115,9 @@ export class OutboxTable {
       item.lastError,
       item.createdAt,
       ++this.lastSeq,
+      // A hand-off names its session in a column of its own, so whether a session has
+      // one is asked of SQLite without parsing every payload (WaitingRoom.busy).
+      item.kind === "run" ? (item.payload as RunWork).sessionId : null,
     );
   }
 
@@ -122,12 +133,12 @@ export class OutboxTable {
 
   /** Items due at or before `now`, oldest first. */
   due(now: number, limit = 50): AnyOutboxItem[] {
-    return metered<OutboxRow>(
-      this.sql,
-      `SELECT * FROM outbox WHERE due_at <= ? ORDER BY due_at, seq LIMIT ?`,
-      now,
-      limit,
-    ).map(toItem);
+    // Sorted here, not by SQLite: with no index to order by, its sorter counts a row
+    // read per item on top of the scan, and the drain asks this after every item.
+    return metered<OutboxRow>(this.sql, `SELECT * FROM outbox WHERE due_at <= ?`, now)
+      .sort((a, b) => a.due_at - b.due_at || a.seq - b.seq)
+      .slice(0, limit)
+      .map(toItem);
   }
 
   nextDueAt(): number | null {

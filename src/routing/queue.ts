@@ -39,12 +39,12 @@ export class Queue {
     // With debounce_ms every message waits: the alarm dispatches the window's run.
     if (settings.debounce_ms > 0) return true;
     if (!sessionId || settings.mode === "concurrent") return false;
-    return this.unfinishedIn(sessionId) || this.ctx.waiting.count(sessionId) > 0;
+    return this.ctx.waiting.busy(sessionId, true);
   }
 
   /** With `debounce_ms`, once nothing new came for that long after the newest waiting message; else null. */
-  private quietAt(sessionId: string): number | null {
-    const rows = this.ctx.waiting.all().filter((row) => row.sessionId === sessionId);
+  private quietAt(sessionId: string, waiting = this.ctx.waiting.all()): number | null {
+    const rows = waiting.filter((row) => row.sessionId === sessionId);
     const newest = rows[rows.length - 1];
     if (!newest) return null;
     const { debounce_ms } = this.settingsFor(newest.message.platform, newest.message.chatType);
@@ -54,10 +54,7 @@ export class Queue {
 
   /** A run of the session is unfinished: its hand-off is in the outbox, or the agent accepted it. */
   unfinishedIn(sessionId: string): boolean {
-    const { outbox, waiting } = this.ctx;
-    return (
-      outbox.all("run").some((item) => item.payload.sessionId === sessionId) || waiting.accepted(sessionId).length > 0
-    );
+    return this.ctx.waiting.busy(sessionId, false);
   }
 
   /**
@@ -101,9 +98,11 @@ export class Queue {
     const { waiting } = this.ctx;
     if (waiting.count() === 0) return null;
     const due: number[] = [];
-    for (const id of new Set(waiting.all().map((row) => row.sessionId))) {
-      const mode = this.modeOf(id);
-      const quietAt = this.quietAt(id);
+    // Read (and parsed) once: this runs on every re-arm while messages wait.
+    const rows = waiting.all();
+    for (const id of new Set(rows.map((row) => row.sessionId))) {
+      const mode = this.modeOf(id, rows);
+      const quietAt = this.quietAt(id, rows);
       // queue: behind an unfinished run, the run's end (not the clock) dispatches what waits.
       if (mode === "queue" && this.unfinishedIn(id)) continue;
       if (mode === "interrupt" && this.unfinishedIn(id))
@@ -118,8 +117,8 @@ export class Queue {
   private interruptFailures = 0;
 
   /** The mode of a session's waiting messages (they share one conversation, so one platform and chat type). */
-  private modeOf(sessionId: string): string {
-    const first = this.ctx.waiting.all().find((row) => row.sessionId === sessionId);
+  private modeOf(sessionId: string, waiting = this.ctx.waiting.all()): string {
+    const first = waiting.find((row) => row.sessionId === sessionId);
     return first ? this.settingsFor(first.message.platform, first.message.chatType).mode : "queue";
   }
 

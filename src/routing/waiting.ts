@@ -139,6 +139,27 @@ export class WaitingRoom {
     metered(this.sql, `DELETE FROM overlap_accepted WHERE run_id = ?`, runId);
   }
 
+  /**
+   * Whether `sessionId` has an unfinished run (its hand-off in the outbox, by the
+   * outbox's `session_id` column, or accepted by the agent) or, with `orWaiting`,
+   * messages already waiting. One statement, with no payload parsed: it runs on
+   * every message in `queue` mode. The three tables hold a handful of rows each and
+   * are scanned, not indexed: an index on `session_id` would add rows written to
+   * every hand-off, waiting message and accepted run (priced a thousand times a row
+   * read), to save the one row read that scanning an empty table costs.
+   */
+  busy(sessionId: string, orWaiting: boolean): boolean {
+    const [row] = metered<{ busy: number }>(
+      this.sql,
+      `SELECT EXISTS (SELECT 1 FROM outbox WHERE kind = 'run' AND session_id = ?1)
+          OR EXISTS (SELECT 1 FROM overlap_accepted WHERE session_id = ?1)
+          OR (?2 AND EXISTS (SELECT 1 FROM overlap_waiting WHERE session_id = ?1)) AS busy`,
+      sessionId,
+      orWaiting ? 1 : 0,
+    );
+    return row?.busy === 1;
+  }
+
   /** Accepted runs of `sessionId` believed unfinished. */
   accepted(sessionId: string): string[] {
     return metered<{ run_id: string }>(

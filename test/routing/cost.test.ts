@@ -8,6 +8,10 @@ import { metrics, resetMetrics } from "../../src/metrics";
 import { T0, genericKey, restoreClock, runAlarm, send, setNow, unique, useConfig } from "../helpers";
 
 beforeEach(() => setNow(T0));
+
+/** A waiting message's own rows in the routing object (measured; see docs/performance.md). */
+const WAITING_OBJECT_ROWS_READ = 12;
+const WAITING_OBJECT_ROWS_WRITTEN = 4;
 afterEach(() => {
   restoreClock();
   useConfig(null);
@@ -27,7 +31,7 @@ it("a steady-state message costs one D1 round trip, 2 rows read and 3 rows writt
   expect(metrics.d1_rows_written_ingress).toBe(3 * count);
 });
 
-it("the whole cost of a steady message with its echo reply: two D1 batches and 6 rows written", async () => {
+it("the whole cost of a steady message with its echo reply: two D1 batches, 6 queries, 4 rows read, 6 written", async () => {
   const chat = unique("chat");
   await send({ chat_id: chat, text: "first" });
   await runAlarm(genericKey(chat));
@@ -40,8 +44,14 @@ it("the whole cost of a steady message with its echo reply: two D1 batches and 6
   // Ingress (session, message, dedupe mark) + the turn (a finished run, session, reply).
   expect(metrics.d1_rows_written).toBe(6 * count);
   expect(metrics.d1_queries).toBe(6 * count);
+  // Ingress reads its session row twice (bump, message seq), the turn likewise; the
+  // turn's run was inserted in the same batch, so it is not read back.
+  expect(metrics.d1_rows_read).toBe(4 * count);
   // The routing object's own storage: the staged hand-off, written and deleted.
   expect(metrics.do_rows_written).toBe(2 * count);
+  // And read: whether the message waits (one statement), the alarm's due scans, the
+  // item read back under the lock, its delete, the next due time on each re-arm.
+  expect(metrics.do_rows_read).toBe(10 * count);
   console.log("whole cost per steady message", {
     queries: metrics.d1_queries / count,
     rows_read: metrics.d1_rows_read / count,
@@ -73,4 +83,50 @@ it("the first message of a new key costs one D1 round trip too", async () => {
   for (let i = 0; i < count; i++) await send({ chat_id: unique("new"), text: "hello" });
   expect(metrics.sessions_created).toBe(count);
   expect(metrics.d1_batches_ingress).toBe(count);
+});
+
+it("on the webhook's path the routing object reads 4 rows and writes 1 (the staged hand-off)", async () => {
+  const chat = unique("chat");
+  const key = genericKey(chat);
+  await send({ chat_id: chat, text: "first" });
+  await runAlarm(key);
+  const count = 5;
+  let objectRead = 0;
+  let objectWritten = 0;
+  for (let i = 0; i < count; i++) {
+    resetMetrics();
+    await send({ chat_id: chat, text: `steady ${i}` });
+    objectRead += metrics.do_rows_read;
+    objectWritten += metrics.do_rows_written;
+    await runAlarm(key);
+  }
+  // Whether the message waits (queue mode) is one statement over the outbox, the
+  // waiting messages and the accepted runs (an empty table scanned costs a row read),
+  // then one row for the next due time; one row written: the staged hand-off.
+  expect(objectRead).toBe(4 * count);
+  expect(objectWritten).toBe(1 * count);
+});
+
+it("a message that waits behind an unfinished run costs what any message costs in D1, and its waiting row", async () => {
+  const chat = unique("chat");
+  const key = genericKey(chat);
+  await send({ chat_id: chat, text: "first" });
+  await runAlarm(key);
+  // Its run stays staged (the alarm has not run): the next message waits behind it.
+  await send({ chat_id: chat, text: "unfinished" });
+  resetMetrics();
+  await send({ chat_id: chat, text: "waits" });
+  expect(metrics.d1_batches_ingress).toBe(1);
+  expect(metrics.d1_queries_ingress).toBe(3);
+  expect(metrics.d1_rows_read_ingress).toBe(2);
+  expect(metrics.d1_rows_written_ingress).toBe(3);
+  console.log("cost of a waiting message", {
+    object_rows_read: metrics.do_rows_read,
+    object_rows_written: metrics.do_rows_written,
+  });
+  expect(metrics.do_rows_read).toBe(WAITING_OBJECT_ROWS_READ);
+  expect(metrics.do_rows_written).toBe(WAITING_OBJECT_ROWS_WRITTEN);
+  // Both messages are then carried by one run.
+  await runAlarm(key);
+  await runAlarm(key);
 });
