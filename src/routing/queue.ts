@@ -52,6 +52,18 @@ export class Queue {
     return Math.max(...rows.map((row) => row.message.receivedAt)) + debounce_ms;
   }
 
+  /**
+   * With no routing entry (forgotten, or storage lost), the session a message will
+   * most likely land in: the one this object still has a hand-off, an accepted run
+   * or waiting messages for (one key, so one conversation). Without it, a message
+   * would get a run beside the unfinished one in `queue` mode.
+   */
+  sessionWithWork(): string | undefined {
+    const { outbox, waiting } = this.ctx;
+    const runs = outbox.all("run");
+    return runs[runs.length - 1]?.payload.sessionId ?? waiting.all().at(-1)?.sessionId ?? waiting.acceptedSession();
+  }
+
   /** A run of the session is unfinished: its hand-off is in the outbox, or the agent accepted it. */
   unfinishedIn(sessionId: string): boolean {
     const { outbox, waiting } = this.ctx;

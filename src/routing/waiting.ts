@@ -167,6 +167,11 @@ export class WaitingRoom {
     metered(this.sql, `DELETE FROM overlap_accepted WHERE run_id = ?`, runId);
   }
 
+  /** The session of some accepted run believed unfinished, if any. */
+  acceptedSession(): string | undefined {
+    return metered<{ session_id: string }>(this.sql, `SELECT session_id FROM overlap_accepted LIMIT 1`)[0]?.session_id;
+  }
+
   /** Accepted runs of `sessionId` believed unfinished. */
   accepted(sessionId: string): string[] {
     return metered<{ run_id: string }>(
