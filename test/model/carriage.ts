@@ -38,8 +38,7 @@ export function adoptStored(m: Model, runs: MRun[], rows: Map<string, D1Message>
       (run.state === "accepted" && run.heardAt! + LEASE_MS > m.now),
   );
   const unclear = before.some(
-    (run) =>
-      run.state === "limbo" || run.fromLimbo || (run.state === "accepted" && run.heardAt! + LEASE_MS <= m.now),
+    (run) => run.state === "limbo" || run.fromLimbo || (run.state === "accepted" && run.heardAt! + LEASE_MS <= m.now),
   );
   const waitedBefore = before.some((run) => run.state === "waiting");
   // A message that starts a fresh session is judged against the row it replaced, whose
@@ -98,8 +97,7 @@ export function applyCarried(m: Model, call: AgentCall, carrier: MRun): void {
   let fromRevoked = 0;
   for (const id of call.carried) {
     const run = m.runs.get(id);
-    if (!run || run.key !== session.key)
-      fail("invariant 11", `${where}: ${id} is not a message of this conversation`);
+    if (!run || run.key !== session.key) fail("invariant 11", `${where}: ${id} is not a message of this conversation`);
     if (run.sessionId !== session.id)
       fail("invariant 11", `${where}: ${id} belongs to session ${run.sessionId}, not ${session.id}`);
     if (run.state === "waiting" || (run.storedRunId === call.runId && run.carriedBy !== call.eventId)) {
@@ -124,6 +122,7 @@ export function applyCarried(m: Model, call: AgentCall, carrier: MRun): void {
   for (const run of revoked) {
     run.state = "revoked";
     run.revokedReason = "superseded";
+    run.interrupted = true;
   }
   for (const id of call.carried) {
     const run = m.runs.get(id)!;
@@ -264,6 +263,13 @@ export function checkCarriage(m: Model, snap: Snapshot): void {
       if (m.overlap(session.key).mode !== "interrupt")
         fail("invariant 11", `${where}: moved from run ${model.storedRunId} to ${row.run_id}`);
     }
+  }
+  // A run an interrupt revoked says so in D1 (its heartbeat and a late reply read it there).
+  for (const model of m.runs.values()) {
+    if (!model.interrupted || model.runId === null) continue;
+    const row = runs.get(model.runId);
+    if (row && row.revoked_reason !== "superseded")
+      fail("invariant 11 (interrupt)", `run ${model.runId} of ${model.eventId} is not revoked in D1`);
   }
   checkOneUnfinished(m, snap);
 }

@@ -498,8 +498,7 @@ class Forget implements Cmd {
         expectStatus("DELETE routes", answer, 200);
         m.entry[this.key] = false;
         const newest = m.newest(this.key);
-        if (KNOWN_GAPS.forgottenWaitingIsNew && newest)
-          for (const run of m.waitingIn(newest)) run.isNew = null;
+        if (KNOWN_GAPS.forgottenWaitingIsNew && newest) for (const run of m.waitingIn(newest)) run.isNew = null;
       },
       [this.key],
     );

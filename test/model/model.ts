@@ -147,6 +147,8 @@ export interface MRun {
   /** The event ids of the messages this run carries, oldest first (its own last). */
   carries: string[];
   notDispatched: string | null;
+  /** Revoked as superseded by an interrupt (seen in a later hand-off). */
+  interrupted?: boolean;
   /** Dropped while its hand-off was still in the outbox (limbo). */
   fromLimbo?: boolean;
   /** D1 showed its not_dispatched (counted once). */

@@ -6,7 +6,18 @@
  */
 import { env } from "cloudflare:test";
 import { afterEach, beforeEach, expect, it } from "vitest";
-import { T0, adminFetch, genericKey, restoreClock, router, runAlarm, send, setNow, unique, useConfig } from "../helpers";
+import {
+  T0,
+  adminFetch,
+  genericKey,
+  restoreClock,
+  router,
+  runAlarm,
+  send,
+  setNow,
+  unique,
+  useConfig,
+} from "../helpers";
 import { agentConfig, fakeServices, replyWith } from "../agent/support";
 
 let services: ReturnType<typeof fakeServices>;

@@ -7,7 +7,18 @@
  */
 import { env } from "cloudflare:test";
 import { afterEach, beforeEach, expect, it } from "vitest";
-import { T0, adminFetch, genericKey, restoreClock, router, runAlarm, send, setNow, unique, useConfig } from "../helpers";
+import {
+  T0,
+  adminFetch,
+  genericKey,
+  restoreClock,
+  router,
+  runAlarm,
+  send,
+  setNow,
+  unique,
+  useConfig,
+} from "../helpers";
 import { agentConfig, fakeServices, replyWith } from "../agent/support";
 
 let services: ReturnType<typeof fakeServices>;
@@ -58,11 +69,7 @@ for (const [outcome, answer] of [
       .bind(runIds[0]!, runIds[1]!)
       .all();
     expect(revoked).toEqual([]);
-    expect((await userMessages(one.body.session_id)).map((m) => m.run_id)).toEqual([
-      runIds[0],
-      runIds[0],
-      runIds[1],
-    ]);
+    expect((await userMessages(one.body.session_id)).map((m) => m.run_id)).toEqual([runIds[0], runIds[0], runIds[1]]);
   });
 }
 
