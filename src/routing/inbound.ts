@@ -73,7 +73,8 @@ export class Inbound {
   ): Promise<RpcResult<AcceptedBody>> {
     const { outbox, entry } = this.ctx;
     const now = message.receivedAt;
-    if (this.queue.shouldWait(message, entry.entry?.sessionId)) return this.storeWaiting(message, policy, runId);
+    const expected = entry.entry?.sessionId ?? this.queue.sessionWithWork();
+    if (this.queue.shouldWait(message, expected)) return this.storeWaiting(message, policy, runId);
     // Stage the hand-off before D1 sees the message: the output gate makes this write
     // durable first, so a stored message can never be left without its hand-off.
     const predicted = entry.entry;
@@ -117,7 +118,10 @@ export class Inbound {
   ): Promise<RpcResult<AcceptedBody>> {
     const { outbox, entry, waiting } = this.ctx;
     const now = message.receivedAt;
-    const predicted = { sessionId: entry.entry?.sessionId ?? "", parentId: entry.entry?.parentId ?? null };
+    const predicted = {
+      sessionId: entry.entry?.sessionId ?? this.queue.sessionWithWork() ?? "",
+      parentId: entry.entry?.parentId ?? null,
+    };
     const work = dispatchWork(runId, message, {
       sessionId: predicted.sessionId,
       isNew: false,

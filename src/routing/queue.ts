@@ -52,6 +52,18 @@ export class Queue {
     return Math.max(...rows.map((row) => row.message.receivedAt)) + debounce_ms;
   }
 
+  /**
+   * With no routing entry (forgotten, or storage lost), the session a message will
+   * most likely land in: the one this object still has a hand-off, an accepted run
+   * or waiting messages for (one key, so one conversation). Without it, a message
+   * would get a run beside the unfinished one in `queue` mode.
+   */
+  sessionWithWork(): string | undefined {
+    const { outbox, waiting } = this.ctx;
+    const runs = outbox.all("run");
+    return runs[runs.length - 1]?.payload.sessionId ?? waiting.all().at(-1)?.sessionId ?? waiting.acceptedSession();
+  }
+
   /** A run of the session is unfinished: its hand-off is in the outbox, or the agent accepted it. */
   unfinishedIn(sessionId: string): boolean {
     return this.ctx.waiting.busy(sessionId, false);
@@ -84,7 +96,7 @@ export class Queue {
       if (quietAt !== null && now < quietAt) continue;
       // concurrent: runs never wait for each other (only for the debounce window).
       if (this.modeOf(sessionId) === "concurrent" || !this.unfinishedIn(sessionId)) this.dispatch(sessionId, now);
-      else if (this.modeOf(sessionId) === "interrupt") await this.interrupt(sessionId, now);
+      else if (this.interrupts(sessionId)) await this.interrupt(sessionId, now);
     }
   }
 
@@ -104,8 +116,10 @@ export class Queue {
       const mode = this.modeOf(id, rows);
       const quietAt = this.quietAt(id, rows);
       // queue: behind an unfinished run, the run's end (not the clock) dispatches what waits.
-      if (mode === "queue" && this.unfinishedIn(id)) continue;
-      if (mode === "interrupt" && this.unfinishedIn(id))
+      // interrupt: the same for messages left behind by max_batch (they do not interrupt).
+      const interrupts = this.interrupts(id);
+      if (mode !== "concurrent" && this.unfinishedIn(id) && !interrupts) continue;
+      if (interrupts)
         due.push(
           Math.max(quietAt ?? now, now + (this.interruptFailures === 0 ? 0 : backoffDelay(this.interruptFailures))),
         );
@@ -115,6 +129,19 @@ export class Queue {
   }
 
   private interruptFailures = 0;
+
+  /**
+   * `interrupt`: a message that came while a run is unfinished revokes it. Messages
+   * that `max_batch` left behind when that run was dispatched are older than it: they
+   * wait for it (as in `queue`), or its hand-off, in flight, would be revoked by them.
+   */
+  private interrupts(sessionId: string): boolean {
+    return (
+      this.modeOf(sessionId) === "interrupt" &&
+      this.unfinishedIn(sessionId) &&
+      this.ctx.waiting.arrivedSinceDispatch(sessionId)
+    );
+  }
 
   /** The mode of a session's waiting messages (they share one conversation, so one platform and chat type). */
   private modeOf(sessionId: string, waiting = this.ctx.waiting.all()): string {
@@ -182,6 +209,7 @@ export class Queue {
     // One synchronous step: the run is staged and its messages leave the list together.
     outbox.stage(work.runId, "run", work, now);
     waiting.remove(carried.map((m) => m.eventId));
+    waiting.markDispatched(sessionId);
     confirmedRuns.add(work.runId);
     if (firstRun) entry.update({ firstRunPending: false });
   }

@@ -7,6 +7,9 @@
  * - `overlap_accepted`: runs the agent accepted (202) and has not finished, which
  *   keep later messages waiting in `queue` mode (a run still in the outbox does so
  *   by its outbox item).
+ * - `overlap_marks`: per session, the newest waiting row (its seq) when a run was
+ *   last dispatched from the list: what waits at or below it was left behind by
+ *   `max_batch`, not sent while that run was unfinished, so it does not interrupt it.
  * Created idempotently when the object wakes; every write is synchronous.
  */
 import type { RoutedMessage } from "../domain/inbound";
@@ -40,6 +43,29 @@ export class WaitingRoom {
     sql.exec(
       `CREATE TABLE IF NOT EXISTS overlap_accepted (run_id TEXT PRIMARY KEY, session_id TEXT NOT NULL, messages TEXT NOT NULL)`,
     );
+    sql.exec(`CREATE TABLE IF NOT EXISTS overlap_marks (session_id TEXT PRIMARY KEY, seq INTEGER NOT NULL)`);
+  }
+
+  /** A run of `sessionId` was just dispatched from the list: what waits now was left behind by it. */
+  markDispatched(sessionId: string): void {
+    metered(
+      this.sql,
+      `INSERT OR REPLACE INTO overlap_marks (session_id, seq)
+        VALUES (?, (SELECT COALESCE(MAX(seq), 0) FROM overlap_waiting))`,
+      sessionId,
+    );
+  }
+
+  /** Whether a message of `sessionId` waits that came after its last run was dispatched from the list. */
+  arrivedSinceDispatch(sessionId: string): boolean {
+    const rows = metered(
+      this.sql,
+      `SELECT 1 AS one FROM overlap_waiting WHERE session_id = ?
+        AND seq > COALESCE((SELECT seq FROM overlap_marks WHERE session_id = ?), -1) LIMIT 1`,
+      sessionId,
+      sessionId,
+    );
+    return rows.length > 0;
   }
 
   /**
@@ -105,12 +131,14 @@ export class WaitingRoom {
   dropSession(sessionId: string): void {
     metered(this.sql, `DELETE FROM overlap_waiting WHERE session_id = ?`, sessionId);
     metered(this.sql, `DELETE FROM overlap_accepted WHERE session_id = ?`, sessionId);
+    metered(this.sql, `DELETE FROM overlap_marks WHERE session_id = ?`, sessionId);
   }
 
   /** A rotation: what waits in `from`, and its accepted runs, go on in the continuation `to`. */
   moveSession(from: string, to: string): void {
     metered(this.sql, `UPDATE overlap_waiting SET session_id = ? WHERE session_id = ?`, to, from);
     metered(this.sql, `UPDATE overlap_accepted SET session_id = ? WHERE session_id = ?`, to, from);
+    metered(this.sql, `UPDATE overlap_marks SET session_id = ? WHERE session_id = ?`, to, from);
   }
 
   /** The agent accepted `runId` (202): it is unfinished until its reply, revocation or lease lapse. */
@@ -158,6 +186,11 @@ export class WaitingRoom {
       orWaiting ? 1 : 0,
     );
     return row?.busy === 1;
+  }
+
+  /** The session of some accepted run believed unfinished, if any. */
+  acceptedSession(): string | undefined {
+    return metered<{ session_id: string }>(this.sql, `SELECT session_id FROM overlap_accepted LIMIT 1`)[0]?.session_id;
   }
 
   /** Accepted runs of `sessionId` believed unfinished. */

@@ -4,6 +4,7 @@
  * are compared with the model, and the spec's invariants are checked on what D1
  * holds. A difference throws, naming the invariant.
  */
+import { checkCarriage } from "./carriage";
 import { finalizes, isRecoverable, type Model, type MSession } from "./model";
 import { admin, alarmOf, snapshot, type D1Event, type FakeServices, type Snapshot } from "./system";
 
@@ -61,7 +62,6 @@ function checkSessions(m: Model, snap: Snapshot): void {
     list.push(message);
     messages.set(message.session_id, list);
   }
-  const runIds = new Set<string>();
   for (const session of m.sessions.values()) {
     const row = snap.sessions.find((r) => r.id === session.id)!;
     const where = `session ${session.id}`;
@@ -81,13 +81,8 @@ function checkSessions(m: Model, snap: Snapshot): void {
       if (stored[i]!.created_at < stored[i - 1]!.created_at)
         fail("transcript order", `${where}: seq out of time order`);
     }
-    for (const message of stored.filter((s) => s.role === "user")) {
-      // Invariant 11, as far as today's one-run-per-message goes.
-      if (!message.run_id) fail("invariant 11", `${where}: user message ${message.seq} carried by no run`);
-      if (runIds.has(message.run_id)) fail("invariant 11", `run ${message.run_id} carries two user messages`);
-      runIds.add(message.run_id);
-    }
   }
+  checkCarriage(m, snap);
   m.keys.forEach((spec, key) => {
     const rows = snap.sessions.filter((row) => row.session_key === spec.key);
     const live = rows.filter((row) => row.end_reason === null);

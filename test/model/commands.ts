@@ -6,6 +6,8 @@ import { env } from "cloudflare:workers";
 import fc from "fast-check";
 import { vi } from "vitest";
 import { setNow } from "../helpers";
+import { KNOWN_GAPS } from "./known-gaps";
+import { adoptStored, applyCarried, checkWaitingAfterAlarm } from "./carriage";
 import { fail, verify } from "./check";
 import {
   DEDUPE_MS,
@@ -18,7 +20,17 @@ import {
   type MRun,
   type MSession,
 } from "./model";
-import { admin, agentApi, fireAlarm, postWebhook, sessionRow, sqlEnd, type Answer, type FakeServices } from "./system";
+import {
+  admin,
+  agentApi,
+  fireAlarm,
+  postWebhook,
+  sessionRow,
+  sqlEnd,
+  storedMessages,
+  type Answer,
+  type FakeServices,
+} from "./system";
 
 /** What the commands share besides the model: the fake services and a step counter. */
 export interface Real {
@@ -160,6 +172,7 @@ class Send implements Cmd {
         expectStatus("invariant 1 (message)", answer, 200);
         if (answer.body.duplicate !== false) fail("invariant 9", `a new event answered duplicate`);
         await applyRouted(m, this.key, eventId, text, answer.body.session_id);
+        adoptStored(m, [m.runs.get(eventId)!], await storedMessages([eventId]));
         m.sent.push({ eventId, key: this.key, body, at: m.now, sessionId: answer.body.session_id });
       },
       [this.key],
@@ -202,6 +215,12 @@ class Burst implements Cmd {
           // The order of arrival is the gateway's: which one is the session's first run is unknown.
           m.runs.get(body.event_id as string)!.isNew = null;
         }
+        const stored = bodies.map((body) => body.event_id as string);
+        adoptStored(
+          m,
+          stored.map((id) => m.runs.get(id)!),
+          await storedMessages(stored),
+        );
       },
       [this.key],
     );
@@ -353,10 +372,11 @@ class ToDeadline implements Cmd {
 /** Applies the outcome of each hand-off the alarm made (observed at the fake agent). */
 function applyHandOffs(m: Model, r: Real, from: number): void {
   for (const call of r.services.agentCalls.slice(from)) {
+    if (TRACE) console.log(`model call: ${JSON.stringify(call)}`);
     const run = m.runs.get(call.eventId);
     if (!run) fail("agent hand-off", `a run for unknown event ${call.eventId}`);
     const session = m.sessions.get(run.sessionId)!;
-    const open = run.state === "staged" || run.state === "retrying" || run.state === "limbo";
+    const open = run.state === "staged" || run.state === "retrying" || run.state === "limbo" || run.state === "waiting";
     if (!open) fail("invariant 9 (one turn)", `run of ${run.eventId} handed over again while ${run.state}`);
     if (session.endReason !== null)
       fail("revocation", `run of ${run.eventId} handed over although ${session.id} ended ${session.endReason}`);
@@ -372,9 +392,12 @@ function applyHandOffs(m: Model, r: Real, from: number): void {
           "agent hand-off",
           `run of ${run.eventId}: reset ${JSON.stringify(call.reset)}, expected ${JSON.stringify(run.reset)}`,
         );
+      applyCarried(m, call, run);
       session.currentRun = run;
     } else if (call.runId !== run.runId || call.token !== run.token) {
       fail("agent hand-off", `a retry of ${run.eventId} changed its run id or token`);
+    } else if (JSON.stringify(call.carried) !== JSON.stringify(run.carries)) {
+      fail("invariant 11", `a retry of ${run.eventId} carries ${call.carried}, first ${run.carries}`);
     }
     if (call.mode === "reply") m.recordReply(run, `re:${run.eventId}`);
     else if (call.mode === "null") run.state = "finished";
@@ -408,6 +431,7 @@ export async function alarmStep(m: Model, r: Real, key: number, label: string): 
       if (mustNotice) noticed(newest);
       // verify() adopts what the policy was allowed to do; what it had to do is checked after.
       await verify(m, r.services, r.seen, [key]);
+      checkWaitingAfterAlarm(m, key, fired);
       for (const { session, reasons } of due) {
         if (session.endReason === null || (isRecoverable(session.endReason) && !reasons.includes("orphan_reap")))
           fail(
@@ -473,6 +497,8 @@ class Forget implements Cmd {
         const answer = await admin(`/admin/routes/${encodeURIComponent(m.keys[this.key]!.key)}`, { method: "DELETE" });
         expectStatus("DELETE routes", answer, 200);
         m.entry[this.key] = false;
+        const newest = m.newest(this.key);
+        if (KNOWN_GAPS.forgottenWaitingIsNew && newest) for (const run of m.waitingIn(newest)) run.isNew = null;
       },
       [this.key],
     );
@@ -641,6 +667,9 @@ class Rotate extends RunCommand {
 function ownership(m: Model, run: MRun): string[] {
   const session = m.sessions.get(run.sessionId)!;
   if (run.state === "revoked") return [run.revokedReason ?? "session_ended"];
+  // A run a newer one took the place of, in a session that then ended: either reason is true.
+  if (session.endReason !== null && session.currentRun !== run && run.revokedReason === null)
+    return [revocation(session.endReason), "superseded"];
   if (session.endReason !== null) return [run.revokedReason ?? revocation(session.endReason)];
   if (session.currentRun !== run) return ["superseded"];
   if (run.state === "finished") return ["finished"];

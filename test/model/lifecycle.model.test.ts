@@ -8,9 +8,11 @@
  * routing objects; after each one D1, the routing entries, the alarms and the
  * captured replies and events are compared with the pure model in model.ts.
  *
- * The model assumes one run per message, so the gateway runs with OVERLAP
- * `concurrent` here (the queue default and the other modes are tested in
- * test/routing/overlap-*.test.ts); modelling the modes is still to do.
+ * OVERLAP is drawn per run from a few layouts that give the chat types different
+ * modes (the `queue` default, `interrupt`, `concurrent`), some a debounce window
+ * and a small max_batch, so the keys of one run overlap in different ways; with
+ * the agent slow (202, then a reply through the API) messages do overlap. After
+ * every step invariant 11 is checked on D1 (see carriage.ts).
  *
  * Steps: MODEL_STEPS (CI default below), MODEL_SEED and MODEL_PATH replay a failure;
  * `npm run soak -- --steps N [--seed S]` sets them (scripts/soak.mjs).
@@ -19,9 +21,11 @@ import { env } from "cloudflare:workers";
 import fc from "fast-check";
 import { afterAll, beforeAll, expect, it, vi } from "vitest";
 import { restoreClock, setNow, useConfig } from "../helpers";
+import { overlapSeen } from "./carriage";
 import { fail } from "./check";
 import { alarmStep, commandArbitraries, type Real } from "./commands";
 import { Model, type KeySpec } from "./model";
+import type { OverlapJson } from "./overlap";
 import type { PolicyFields, ResetJson } from "./policy";
 import { AGENT_TOKEN, AGENT_URL, FakeServices, HOOK_URL, REPLY_URL, snapshot } from "./system";
 
@@ -63,6 +67,23 @@ const resetConfig: fc.Arbitrary<ResetJson> = fc
     ...(platform ? { by_platform: { generic: platform } } : {}),
   }));
 
+/**
+ * The overlap layouts: dm keys 0 and 1, the group key 2, the channel key 3 (every
+ * key is on the generic platform, so a by_platform override applies to all).
+ */
+const overlapConfig: fc.Arbitrary<OverlapJson> = fc.constantFrom<OverlapJson>(
+  { max_batch: 2, by_chat_type: { group: { mode: "interrupt" }, channel: { mode: "concurrent", debounce_ms: 2_000 } } },
+  {
+    mode: "interrupt",
+    by_chat_type: { dm: { mode: "queue", debounce_ms: 1_000, max_batch: 3 }, channel: { mode: "concurrent" } },
+  },
+  {
+    by_platform: { generic: { max_batch: 2 } },
+    by_chat_type: { group: { mode: "concurrent" }, channel: { mode: "interrupt", debounce_ms: 1_000 } },
+  },
+  { mode: "concurrent", by_chat_type: { dm: { mode: "interrupt", max_batch: 3 }, group: { mode: "queue" } } },
+);
+
 const T_BASE = Date.UTC(2031, 0, 15, 0, 0, 0);
 const start = fc.integer({ min: 0, max: 2 * 86_400_000 - 1 }).map((offset) => T_BASE + offset);
 
@@ -100,7 +121,8 @@ afterAll(() => {
 async function settle(m: Model, r: Real): Promise<void> {
   m.agentMode = "reply";
   r.services.mode = "reply";
-  const open = () => [...m.runs.values()].filter((run) => run.state === "staged" || run.state === "retrying");
+  const open = () =>
+    [...m.runs.values()].filter((run) => run.state === "staged" || run.state === "retrying" || run.state === "waiting");
   for (let round = 0; round < 12; round++) {
     for (let key = 0; key < m.keys.length; key++) await alarmStep(m, r, key, `settle: Alarm(${key})`);
     if (open().length === 0) break;
@@ -123,9 +145,10 @@ let lastLog: string[] = [];
 
 const lifecycle = fc.asyncProperty(
   resetConfig,
+  overlapConfig,
   start,
   fc.commands(commandArbitraries, { maxCommands: MAX_COMMANDS, size: "max" }),
-  async (config, t0, commands) => {
+  async (config, overlap, t0, commands) => {
     runCounter += 1;
     const prefix = `m${runCounter}r${Math.floor(Math.random() * 1e6)}`;
     services.reset();
@@ -137,11 +160,11 @@ const lifecycle = fc.asyncProperty(
       GENERIC_REPLY_URL: REPLY_URL,
       HOOK_URLS: HOOK_URL,
       HOOK_SECRET: "model-hook-secret",
-      // One run per message, as the model assumes (see the header).
-      OVERLAP: JSON.stringify({ mode: "concurrent" }),
+      OVERLAP: JSON.stringify(overlap),
     });
-    const model = new Model(prefix, keysOf(prefix), config, t0);
-    const real: Real = { services, seen: { replies: 0, hooks: 0 }, steps, log: [`config ${JSON.stringify(config)}`] };
+    const model = new Model(prefix, keysOf(prefix), config, t0, overlap);
+    const log = [`config ${JSON.stringify(config)}`, `overlap ${JSON.stringify(overlap)}`];
+    const real: Real = { services, seen: { replies: 0, hooks: 0 }, steps, log };
     lastLog = real.log;
     await fc.asyncModelRun(() => ({ model, real }), commands);
     await settle(model, real);
@@ -174,6 +197,7 @@ it(
       console.log(
         `model: ${steps.count} steps in ${runCounter} runs, ${Math.round((vi.getRealSystemTime() - started) / 1000)} s`,
       );
+      console.log(`model: overlap ${JSON.stringify(overlapSeen)}`);
     }
     expect(steps.count).toBeGreaterThanOrEqual(PATH ? 1 : STEPS);
   },

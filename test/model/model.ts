@@ -10,6 +10,7 @@
  * the gateway did, after checking it was allowed. Where the spec is firm it says
  * what *must* have happened (see `mustSettle` and the checks in check.ts).
  */
+import { overlapFor, type OverlapJson, type OverlapSettings } from "./overlap";
 import { deadlineOf, expiryReasons, policyFor, type ChatType, type Policy, type ResetJson } from "./policy";
 
 export const RECOVERABLE = ["agent_close", "orphan_reap"] as const;
@@ -96,9 +97,32 @@ export interface MSession {
 /**
  * staged: stored, not yet handed over; retrying: handed over, the agent was down;
  * limbo: staged in a session that then ended (it may still go out if the session is
- * reopened first); accepted: 202, lease running.
+ * reopened first); accepted: 202, lease running. The overlap states of a message
+ * that did not get a run of its own at once (spec "Overlapping messages"):
+ * waiting: stored, no run carries it yet (`run_id` null); merged: carried by the run
+ * of a newer message (`carriedBy`); dropped: recorded as never dispatched
+ * (`notDispatched`); waitEnded: waiting in a session ended by SQL, which the gateway
+ * records not dispatched, or carries on if it reopens the row, once it looks.
  */
-export type RunState = "staged" | "retrying" | "limbo" | "accepted" | "finished" | "failed" | "revoked";
+export type RunState =
+  | "staged"
+  | "retrying"
+  | "limbo"
+  | "accepted"
+  | "finished"
+  | "failed"
+  | "revoked"
+  | "waiting"
+  | "merged"
+  | "dropped"
+  | "waitEnded";
+
+/** The reason a waiting message of a session that ended for `reason` is recorded not dispatched. */
+export function notDispatchedFor(reason: string): "new_command" | "stopped" | "session_ended" {
+  if (reason === "new_command") return "new_command";
+  if (reason === "suspended") return "stopped";
+  return "session_ended";
+}
 
 export interface MRun {
   eventId: string;
@@ -116,6 +140,19 @@ export interface MRun {
   revokedReason: string | null;
   /** What the first hand-off must say (spec: is_new and reset of the first run of a session). */
   isNew: boolean | null;
+  /** The run id D1 gave the message when it was stored with a run of its own (null: it waited). */
+  storedRunId: string | null;
+  /** The event id of the run that carries this message, once one does (itself for its own run). */
+  carriedBy: string | null;
+  /** The event ids of the messages this run carries, oldest first (its own last). */
+  carries: string[];
+  notDispatched: string | null;
+  /** Revoked as superseded by an interrupt (seen in a later hand-off). */
+  interrupted?: boolean;
+  /** Dropped while its hand-off was still in the outbox (limbo). */
+  fromLimbo?: boolean;
+  /** D1 showed its not_dispatched (counted once). */
+  seenDropped?: boolean;
   reset: { reason: string; had_activity: boolean; previous_session_id: string } | null;
 }
 
@@ -159,6 +196,7 @@ export class Model {
     readonly keys: KeySpec[],
     readonly config: ResetJson,
     start: number,
+    readonly overlapConfig: OverlapJson = { mode: "concurrent" },
   ) {
     this.now = start;
     this.byKey = keys.map(() => []);
@@ -169,6 +207,32 @@ export class Model {
 
   policy(key: number): Policy {
     return policyFor(this.config, "generic", this.keys[key]!.chatType);
+  }
+
+  overlap(key: number): OverlapSettings {
+    return overlapFor(this.overlapConfig, "generic", this.keys[key]!.chatType);
+  }
+
+  /** Messages of the session no run carries yet (oldest first). */
+  waitingIn(session: MSession): MRun[] {
+    return this.runsOf(session).filter((run) => run.state === "waiting");
+  }
+
+  /**
+   * Runs of the session that keep a new message waiting in `queue` mode: staged or
+   * retried hand-offs, and runs accepted with 202 whose lease holds ("lapsed" for one
+   * past its lease, which the gateway counts as over only once it looks).
+   */
+  unfinishedIn(session: MSession): { holding: MRun[]; lapsed: MRun[] } {
+    const runs = this.runsOf(session);
+    const holding = runs.filter(
+      (run) =>
+        run.state === "staged" ||
+        run.state === "retrying" ||
+        (run.state === "accepted" && run.heardAt! + LEASE_MS > this.now),
+    );
+    const lapsed = runs.filter((run) => run.state === "accepted" && run.heardAt! + LEASE_MS <= this.now);
+    return { holding, lapsed };
   }
 
   newest(key: number): MSession | null {
@@ -198,7 +262,8 @@ export class Model {
     const runs = this.runsOf(session).filter((run) => run.eventId !== exceptEventId);
     if (runs.some((run) => run.state === "staged" || run.state === "retrying")) return true;
     if (runs.some((run) => run.state === "accepted" && run.heardAt! + LEASE_MS > this.now)) return true;
-    if (runs.some((run) => run.state === "limbo")) return "unknown";
+    // A message waiting for its run (a debounce window): the spec does not say whether it holds.
+    if (runs.some((run) => run.state === "limbo" || run.state === "waiting")) return "unknown";
     return false;
   }
 
@@ -254,6 +319,11 @@ export class Model {
     this.mustSettle.delete(session.id);
     if (!wasLive) return;
     for (const run of this.runsOf(session)) {
+      if (run.state === "waiting" && bySql) run.state = "waitEnded";
+      else if (run.state === "waiting") {
+        run.state = "dropped";
+        run.notDispatched = notDispatchedFor(reason);
+      }
       if (run.state === "staged" || run.state === "retrying") run.state = run.runId ? "revoked" : "limbo";
       if (run.state === "accepted" || run.state === "revoked") {
         run.state = "revoked";
@@ -268,6 +338,8 @@ export class Model {
     if (last?.bySql) last.optional = true;
     session.endReason = null;
     session.unnoticed = false;
+    // Messages that waited when SQL ended it go on waiting (D1 says if they were dropped: see check.ts).
+    for (const run of this.runsOf(session)) if (run.state === "waitEnded") run.state = "waiting";
   }
 
   /** Stores a user message and stages its run. */
@@ -291,6 +363,10 @@ export class Model {
       token: null,
       heardAt: null,
       revokedReason: null,
+      storedRunId: null,
+      carriedBy: null,
+      carries: [eventId],
+      notDispatched: null,
       isNew,
       reset:
         first && session.previous
@@ -324,6 +400,8 @@ export class Model {
     for (const session of this.byKey[key]!) {
       const watched = session === newest ? this.entry[key] : isRecoverable(session.endReason) && session.watched;
       if (!watched) continue;
+      // Waiting messages: the alarm may carry them (the lapsed run is over) or end the session; either is checked.
+      if (this.waitingIn(session).length > 0) continue;
       const reap = this.leaseLapsed(session);
       if (this.policyEndsAllowed(session).length > 0 || reap) due.push(session);
     }

@@ -21,6 +21,8 @@ export interface AgentCall {
   isNew: boolean;
   reset: unknown;
   eventId: string;
+  /** The event ids of the messages the run carries (`messages`), oldest first. */
+  carried: string[];
   mode: AgentMode;
 }
 
@@ -69,6 +71,7 @@ export class FakeServices {
       isNew: json.session.is_new,
       reset: json.reset,
       eventId: json.message.event_id,
+      carried: (json.messages ?? [json.message]).map((message: { event_id: string }) => message.event_id),
       mode,
     });
     if (mode === "reply") return Response.json({ reply: `re:${json.message.event_id}` });
@@ -149,7 +152,23 @@ export interface D1Message {
   role: string;
   text: string;
   created_at: number;
+  event_id: string | null;
   run_id: string | null;
+  not_dispatched: string | null;
+}
+export interface D1Run {
+  id: string;
+  session_id: string;
+  event_id: string;
+  created_at: number;
+  dispatched_at: number | null;
+  last_heartbeat_at: number | null;
+  accepted_at: number | null;
+  finished_at: number | null;
+  failed_at: number | null;
+  revoked_reason: string | null;
+  /** JSON list of the routed messages it carries; null when only `event_id`. */
+  messages: string | null;
 }
 export interface D1Event {
   id: string;
@@ -164,23 +183,29 @@ export interface Snapshot {
   sessions: D1Session[];
   messages: D1Message[];
   events: D1Event[];
+  runs: D1Run[];
 }
 
 /** D1 as it stands for these keys: sessions, their messages and their lifecycle events. */
 export async function snapshot(keys: string[]): Promise<Snapshot> {
   const marks = keys.map(() => "?").join(", ");
   const ofKeys = `SELECT id FROM sessions WHERE session_key IN (${marks})`;
-  const [sessions, messages, events] = await env.DB.batch([
+  const [sessions, messages, events, runs] = await env.DB.batch([
     env.DB.prepare(`SELECT * FROM sessions WHERE session_key IN (${marks}) ORDER BY started_at`).bind(...keys),
     env.DB.prepare(`SELECT * FROM messages WHERE session_id IN (${ofKeys}) ORDER BY session_id, seq`).bind(...keys),
     env.DB.prepare(
       `SELECT id, type, session_id, reason, status, payload FROM events WHERE session_id IN (${ofKeys})`,
+    ).bind(...keys),
+    env.DB.prepare(
+      `SELECT id, session_id, event_id, created_at, dispatched_at, last_heartbeat_at, accepted_at, finished_at,
+        failed_at, revoked_reason, messages FROM runs WHERE session_id IN (${ofKeys})`,
     ).bind(...keys),
   ]);
   return {
     sessions: sessions!.results as unknown as D1Session[],
     messages: messages!.results as unknown as D1Message[],
     events: events!.results as unknown as D1Event[],
+    runs: runs!.results as unknown as D1Run[],
   };
 }
 
@@ -195,4 +220,13 @@ export async function sqlEnd(sessionId: string, reason: string, endedAt: number 
 
 export async function sessionRow(id: string): Promise<D1Session | null> {
   return env.DB.prepare(`SELECT * FROM sessions WHERE id = ?`).bind(id).first<D1Session>();
+}
+
+/** The user messages D1 stored for these events, by event id. */
+export async function storedMessages(eventIds: string[]): Promise<Map<string, D1Message>> {
+  const marks = eventIds.map(() => "?").join(", ");
+  const { results } = await env.DB.prepare(`SELECT * FROM messages WHERE role = 'user' AND event_id IN (${marks})`)
+    .bind(...eventIds)
+    .all<D1Message>();
+  return new Map(results.map((row) => [row.event_id!, row]));
 }
