@@ -117,8 +117,9 @@ export class Queue {
       const quietAt = this.quietAt(id, rows);
       // queue: behind an unfinished run, the run's end (not the clock) dispatches what waits.
       // interrupt: the same for messages left behind by max_batch (they do not interrupt).
-      const interrupts = this.interrupts(id);
-      if (mode !== "concurrent" && this.unfinishedIn(id) && !interrupts) continue;
+      const unfinished = mode !== "concurrent" && this.unfinishedIn(id);
+      const interrupts = unfinished && mode === "interrupt" && waiting.arrivedSinceDispatch(id);
+      if (unfinished && !interrupts) continue;
       if (interrupts)
         due.push(
           Math.max(quietAt ?? now, now + (this.interruptFailures === 0 ? 0 : backoffDelay(this.interruptFailures))),
