@@ -87,6 +87,10 @@ export class Typing {
       now,
     );
     this.tick(now);
+    // The hand-off may wait long for the agent (a drain re-arms only when it ends):
+    // the alarm is brought forward now. Later calls come from the plan's `typingDueAt`.
+    const next = this.dueAt();
+    if (next !== null) this.deps.armBy(next, now);
     this.typingBegan?.resolve();
     this.typingBegan = null;
   }
@@ -131,9 +135,7 @@ export class Typing {
       const next = scheduleOf(row, sender, this.owns(row));
       if (next === null || next > now) continue;
       this.send(row, sender, now);
-      const after = scheduleOf({ ...row, last_typing_at: now }, sender, true);
-      if (after === null) this.stop(row.run_id);
-      else this.deps.armBy(after, now);
+      if (scheduleOf({ ...row, last_typing_at: now }, sender, true) === null) this.stop(row.run_id);
     }
   }
 

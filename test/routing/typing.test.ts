@@ -145,6 +145,8 @@ describe("Telegram: at dispatch, then every 4 s while the run owns its session",
     expect(await alarmOf(key)).toBe(T0 + TYPING_EVERY_MS);
     await alarmAt(key, T0 + TYPING_EVERY_MS);
     expect(typingCalls()).toHaveLength(2);
+    // The alarm re-arms itself for the next call (its plan's typing source).
+    expect(await alarmOf(key)).toBe(T0 + 2 * TYPING_EVERY_MS);
     await alarmAt(key, T0 + 2 * TYPING_EVERY_MS);
     expect(typingCalls()).toHaveLength(3);
 
