@@ -209,5 +209,6 @@ export class AgentApi {
     }
     // Messages waiting in the parent are carried by the continuation's next run.
     this.ctx.waiting.moveSession(fromSessionId, toSessionId);
+    this.ctx.typing.moveSession(fromSessionId, toSessionId);
   }
 }

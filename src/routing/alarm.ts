@@ -1,7 +1,8 @@
 /**
  * The routing object's one alarm, planned here and set only here. It serves
  * several sources (the next due outbox item, the live session's deadline, the
- * backoff after failing to read that session), and is set to the earliest.
+ * backoff after failing to read that session, waiting messages, the next typing
+ * call), and is set to the earliest.
  */
 import { backoffDelay } from "../http/backoff";
 import { describe } from "../http/outbound";
@@ -28,6 +29,8 @@ export interface AlarmSources {
   hasEntry: boolean;
   /** When waiting messages are due for their run (an interrupt to carry out); null: none. */
   waitingDueAt?: number | null;
+  /** When the next typing call is due (a run unfinished that owns its session); null: none. */
+  typingDueAt?: number | null;
   /** Consecutive failures to read the live session, for the backoff of the next look. */
   settleFailures: number;
 }
@@ -49,6 +52,8 @@ export function nextAlarmAt(s: AlarmSources): number | null {
   else if (s.liveDeadline === undefined && s.hasEntry) due.push(s.now + backoffDelay(s.settleFailures + 1));
   // Waiting messages due (an interrupt): without it they wait for the unfinished run to end.
   if (s.waitingDueAt !== undefined && s.waitingDueAt !== null) due.push(s.waitingDueAt);
+  // Typing (spec "Typing"): without it Telegram's indicator fades after 5 s while the agent still works.
+  if (s.typingDueAt !== undefined && s.typingDueAt !== null) due.push(s.typingDueAt);
   if (due.length === 0) return null;
   // An alarm set for "now" from inside alarm() is dropped by the local runtime.
   return Math.max(Math.min(...due), s.now + 1);

@@ -120,6 +120,7 @@ export class Commands {
       if (row) {
         // Its waiting messages were recorded as not dispatched in the batch: none is carried on.
         this.ctx.waiting.dropSession(row.id);
+        this.ctx.typing.sessionEnded(row.id);
         stageEvents(this.ctx, row.id, now);
       }
       if (fresh && results[insertAt] !== 1) {

@@ -25,6 +25,7 @@ import type { BoundedSet } from "./bounded-set";
 import type { EntryState } from "./entry";
 import type { Mutex } from "./mutex";
 import type { Outbox } from "./outbox";
+import type { Typing } from "./typing";
 import type { WaitingRoom } from "./waiting";
 import type { DeliveryWork, RunWork } from "./work";
 
@@ -45,6 +46,8 @@ export interface RouterContext {
   confirmedAnswers: BoundedSet;
   /** Messages waiting for a run, and runs the agent accepted (spec "Overlapping messages"). */
   waiting: WaitingRoom;
+  /** The chat's typing indicator while the current run works (spec "Typing"). */
+  typing: Typing;
 }
 
 export const configFor = (ctx: RouterContext): Config => configOf(ctx.env);

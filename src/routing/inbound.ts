@@ -272,6 +272,7 @@ export class Inbound {
       if (decision.expire && results[0] === 1) countEnded(decision.expire.reason);
       if (row) {
         this.ctx.waiting.dropSession(row.id);
+        this.ctx.typing.sessionEnded(row.id);
         stageEvents(this.ctx, row.id, now);
       }
       if (results[insertAt] !== 1) {

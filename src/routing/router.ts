@@ -46,6 +46,7 @@ import {
 } from "./results";
 import { Settlement } from "./settlement";
 import { Turns } from "./turns";
+import { Typing } from "./typing";
 import { WaitingRoom } from "./waiting";
 
 /**
@@ -74,6 +75,7 @@ export class SessionRouter extends DurableObject<Env> {
   private readonly operator: Operator;
   private readonly cron: Cron;
   private readonly queue: Queue;
+  private readonly typing: Typing;
 
   constructor(ctx: DurableObjectState, env: Env) {
     super(ctx, env);
@@ -91,7 +93,18 @@ export class SessionRouter extends DurableObject<Env> {
       liveDeadline: this.entry.liveDeadline,
       hasEntry: this.entry.entry !== null,
       waitingDueAt: this.queue.dueAt(clockNow()),
+      typingDueAt: this.typing.dueAt(),
     }));
+    const waiting = new WaitingRoom(ctx.storage.sql);
+    this.typing = new Typing({
+      sql: ctx.storage.sql,
+      env,
+      entry: this.entry,
+      outbox: this.outboxUnit,
+      waiting,
+      armBy: (at, now) => this.alarmPlan.armBy(at, now),
+      waitUntil: (work) => ctx.waitUntil(work),
+    });
     const context: RouterContext = {
       env,
       db: new Database(env.DB, "background"),
@@ -100,7 +113,8 @@ export class SessionRouter extends DurableObject<Env> {
       outbox: this.outboxUnit,
       confirmedRuns: new BoundedSet(CONFIRMED_CACHE_SIZE),
       confirmedAnswers: new BoundedSet(CONFIRMED_CACHE_SIZE),
-      waiting: new WaitingRoom(ctx.storage.sql),
+      waiting,
+      typing: this.typing,
     };
     this.queue = new Queue(context);
     this.settlement = new Settlement(context, this.alarmPlan, this.queue);
@@ -173,7 +187,17 @@ export class SessionRouter extends DurableObject<Env> {
           error: describe(error),
         });
       });
-    await this.outboxUnit.run();
+    // Typing due now, asked of each run's ownership after the settling above (an end, a lapsed lease).
+    await this.mutex
+      .run(async () => this.typing.tick(clockNow()))
+      .catch((error) => log.error("alarm: could not look at typing", { error: describe(error) }));
+    // Once a run types, the drain (a hand-off waiting for a slow agent's 200) is not
+    // waited for to its end: the alarm must come back in 4 s to type again. The drain
+    // is kept alive, and re-arms the alarm when it ends.
+    const drain = this.outboxUnit.run();
+    this.ctx.waitUntil(drain);
+    await Promise.race([drain, this.typing.whenTyping()]);
+    await this.typing.settled();
     await this.mutex.run(() => this.alarmPlan.rearm(clockNow()));
   }
 
@@ -267,11 +291,12 @@ export class SessionRouter extends DurableObject<Env> {
   // ---------------------------------------------------------------- diagnostics
 
   /**
-   * Resolves once no drain of the outbox is running (tests and diagnostics: wait for
+   * Resolves once no drain of the outbox nor typing call is running (tests and diagnostics: wait for
    * work started in the background of a request without reaching into the object).
    */
-  drained(): Promise<void> {
-    return this.outboxUnit.drained();
+  async drained(): Promise<void> {
+    await this.outboxUnit.drained();
+    await this.typing.settled();
   }
 
   /** The outbox as a list (tests and diagnostics); run tokens are left out. */

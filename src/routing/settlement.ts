@@ -87,6 +87,7 @@ export class Settlement {
         ...endedEvents(row.id, now, eventStatusFor(this.ctx)),
       );
       this.ctx.waiting.dropSession(row.id);
+      this.ctx.typing.sessionEnded(row.id);
       stageEvents(this.ctx, row.id, now);
       return null;
     }
@@ -108,6 +109,7 @@ export class Settlement {
       );
       if (promoted === 1) countEnded(expired);
       this.ctx.waiting.dropSession(row.id);
+      this.ctx.typing.sessionEnded(row.id);
       stageEvents(this.ctx, row.id, now);
       return null;
     }
@@ -196,6 +198,7 @@ export class Settlement {
     // band, by SQL), changed here or not: they are delivered either way.
     if (row && row.endReason !== null) {
       this.ctx.waiting.dropSession(sessionId);
+      this.ctx.typing.sessionEnded(sessionId);
       stageEvents(this.ctx, sessionId, now);
     }
     if (changed === 1 && row) {

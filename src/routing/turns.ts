@@ -31,6 +31,7 @@ import { givesUp } from "./outbox";
 import type { OutboxItem } from "./outbox-table";
 import type { Queue } from "./queue";
 import type { Settlement } from "./settlement";
+import type { TypingStart } from "./typing";
 import {
   agentRequest,
   carriedBy,
@@ -65,7 +66,12 @@ export class Turns {
       return;
     }
     if (work.stage === "dispatch" && config.agentUrl) {
-      const dispatched = await mutex.run(() => this.beginRun(work, now));
+      const dispatched = await mutex.run(async () => {
+        const begun = await this.beginRun(work, now);
+        // The run is its session's current run now: typing shows at once, never awaited by the hand-off.
+        if (begun) this.ctx.typing.dispatched(typingStartOf(work), clockNow());
+        return begun;
+      });
       if (!dispatched) {
         outbox.complete(item.id);
         return;
@@ -101,6 +107,7 @@ export class Turns {
         else await db.batch(failed);
         // Invariant 12: a user left without an answer is counted, and can be retried.
         metrics.runs_failed += 1;
+        this.ctx.typing.stop(work.runId);
         outbox.complete(item.id);
         return;
       }
@@ -264,6 +271,8 @@ export class Turns {
         clearNotice: true,
       }),
     );
+    // The run's reply is recorded (or its run was revoked): it shows typing no more.
+    this.ctx.typing.stop(runId);
     if (staged) {
       const row = (results.at(-1) as DeliveryRow[])[0];
       const item = outbox.get(deliveryId, "delivery");
@@ -332,6 +341,11 @@ export class Turns {
     const [[row]] = await db.batch(selectDelivery(deliveryId));
     if (row?.status === "pending") outbox.stage(deliveryId, "delivery", deliveryWork(row, sessionKey), now);
   }
+}
+
+/** What typing needs of a hand-off: its run, session, chat, and the newest message it answers. */
+function typingStartOf(work: RunWork): TypingStart {
+  return { runId: work.runId, sessionId: work.sessionId, target: work.message.replyTo, eventId: work.message.eventId };
 }
 
 /**
