@@ -76,8 +76,7 @@ export class Typing {
     if (!typingSenderOf(run.target)) return;
     const known = metered(this.deps.sql, `SELECT 1 AS one FROM typing_runs WHERE run_id = ?`, run.runId);
     if (known.length > 0) return;
-    metered(
-      this.deps.sql,
+    this.write(
       `INSERT OR REPLACE INTO typing_runs (session_id, run_id, target, event_id, dispatched_at, last_typing_at)
         VALUES (?, ?, ?, ?, ?, NULL)`,
       run.sessionId,
@@ -97,17 +96,17 @@ export class Typing {
 
   /** The run is over (its reply recorded, or it failed for good): no call for it any more. */
   stop(runId: string): void {
-    metered(this.deps.sql, `DELETE FROM typing_runs WHERE run_id = ?`, runId);
+    this.write(`DELETE FROM typing_runs WHERE run_id = ?`, runId);
   }
 
   /** The session ended (a command, the policy, an operator, the agent, a reaped lease): its runs are revoked. */
   sessionEnded(sessionId: string): void {
-    metered(this.deps.sql, `DELETE FROM typing_runs WHERE session_id = ?`, sessionId);
+    this.write(`DELETE FROM typing_runs WHERE session_id = ?`, sessionId);
   }
 
   /** A rotation: the current run goes on in the continuation, and so does its typing. */
   moveSession(from: string, to: string): void {
-    metered(this.deps.sql, `UPDATE typing_runs SET session_id = ? WHERE session_id = ?`, to, from);
+    this.write(`UPDATE typing_runs SET session_id = ? WHERE session_id = ?`, to, from);
   }
 
   /** When the next typing call is due, for the alarm plan (null: none will be). */
@@ -183,7 +182,7 @@ export class Typing {
   /** One call, recorded as made before it leaves (a failure is not retried), awaited by nobody on the hand-off. */
   private send(row: TypingSqlRow, sender: TypingSender, now: number): void {
     const target = targetOf(row);
-    metered(this.deps.sql, `UPDATE typing_runs SET last_typing_at = ? WHERE run_id = ?`, now, row.run_id);
+    this.write(`UPDATE typing_runs SET last_typing_at = ? WHERE run_id = ?`, now, row.run_id);
     const fields = { session_id: row.session_id, run_id: row.run_id, platform: target.platform };
     const call = sender
       .send(target, row.event_id, configOf(this.deps.env), effectiveEnv(this.deps.env))
@@ -197,11 +196,25 @@ export class Typing {
     this.deps.waitUntil(call);
   }
 
+  /**
+   * The table as last read. Only this unit writes it, and each write drops the copy:
+   * the plan asks `dueAt` on every re-arm, and on a platform without typing (or
+   * between turns) that would be a read of an empty table per message.
+   */
+  private cached: TypingSqlRow[] | null = null;
+
   private rows(): TypingSqlRow[] {
-    return metered<TypingSqlRow>(
+    this.cached ??= metered<TypingSqlRow>(
       this.deps.sql,
       `SELECT session_id, run_id, target, event_id, dispatched_at, last_typing_at FROM typing_runs`,
     );
+    return this.cached;
+  }
+
+  /** Every write goes through here, so the copy `rows` keeps is never stale. */
+  private write(query: string, ...params: SqlStorageValue[]): void {
+    this.cached = null;
+    metered(this.deps.sql, query, ...params);
   }
 }
 
