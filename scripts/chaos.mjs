@@ -47,6 +47,7 @@ async function main(options) {
 
   say(
     `chaos: seed ${options.seed}; ${options.keys} keys x ${options.messages} messages; ${options.kills} kills;` +
+      ` ${options["burst-every"] ? `one key in ${options["burst-every"]} sends bursts to an agent ${options["slow-ms"]} ms slower` : "no bursts"};` +
       ` gateway from ${options.ref || "the work tree"}; state ${stateDir}`,
   );
   const idleMinutes = options["idle-seconds"] / 60;
@@ -78,6 +79,7 @@ async function main(options) {
     inspectorPort: ports.inspector,
     startTimeoutMs: options["start-timeout"] * 1000,
   });
+  const keys = buildKeys(runTag, options.keys, options["burst-every"]);
   const agent = new FakeAgent({
     port: ports.agent,
     token: secrets.agent,
@@ -86,6 +88,8 @@ async function main(options) {
     next,
     asyncShare: options["agent-async"],
     failShare: options["agent-fail"],
+    slowKeys: new Set(keys.filter((k) => k.burst).map((k) => k.key)),
+    slowMs: options["slow-ms"],
   });
   const hooks = new HookReceiver({ port: ports.hooks, secret: secrets.hook, next, failShare: options["hook-fail"] });
   const replies = new ReplyReceiver({ port: ports.replies, runTag, next, failShare: options["reply-fail"] });
@@ -98,7 +102,6 @@ async function main(options) {
   say(`gateway: applying migrations and starting wrangler dev on ${gateway.origin}`);
   say(`gateway: healthy after ${await gateway.start()} ms`);
 
-  const keys = buildKeys(runTag, options.keys);
   const messages = buildMessages(runTag, keys, options.messages, secrets.generic);
   const load = new Load({
     origin: gateway.origin,
@@ -168,7 +171,15 @@ async function main(options) {
   }
   snapshot = await admin.snapshot(keys);
 
-  const { figures, problems, details } = verify({ runTag, messages, sessions: snapshot, agent, hooks, replies });
+  const { figures, problems, details } = verify({
+    runTag,
+    messages,
+    sessions: snapshot,
+    agent,
+    hooks,
+    replies,
+    expectBatches: keys.some((k) => k.burst),
+  });
   figures.kills = kills;
   figures.gateway_starts = gateway.starts;
   figures.agent = { handoffs: agent.handoffs, answers: agent.answers, later_replies: agent.laterReplies };
@@ -210,6 +221,18 @@ function report(options, f, problems, details) {
       "answered",
       `${f.answered} at the reply receiver; not: ${ids(f.reply_not_delivered)}; by two deliveries: ${ids(f.reply_delivered_twice)}`,
     ],
+    [
+      "runs",
+      `${f.runs_carrying} carried messages; ${f.runs_batched} carried more than one (largest ${f.largest_batch}); not dispatched: ${JSON.stringify(f.not_dispatched)}`,
+    ],
+    [
+      "one run each",
+      `waiting at the end: ${ids(f.still_waiting)}; in two runs: ${ids(f.in_two_runs)}; agent and D1 disagree: ${ids(f.run_mismatch)}; run unknown to its session: ${ids(f.run_unknown)}`,
+    ],
+    [
+      "batch answers",
+      `replies not once per run: ${ids(f.run_not_answered_once)}; a reply naming other messages than its run: ${ids(f.reply_batch_mismatch)}`,
+    ],
     ["sessions", `${f.sessions} ${JSON.stringify(f.sessions_by_end_reason)}; live left: ${ids(f.live_sessions_left)}`],
     [
       "finalized once",
@@ -239,6 +262,7 @@ function report(options, f, problems, details) {
       console.log(`  ${d.event_id} on ${d.key}: acked ${JSON.stringify(d.ack)} after ${d.attempts} sends`);
       console.log(`    stored in: ${d.stored_in.join("; ") || "nothing"}`);
       console.log(`    agent: ${d.agent.join("; ")}`);
+      console.log(`    runs: ${d.runs.join("; ") || "none"}`);
       console.log(`    replies stored ${d.reply_stored}, received ${d.reply_received}`);
     }
   }

@@ -5,43 +5,63 @@ import { createHmac } from "node:crypto";
 
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 
-/** The keys: even ones dm (short idle policy), odd ones group (policy none, ended by the operator). */
-export function buildKeys(runTag, count) {
+/**
+ * The keys: even ones dm (short idle policy), odd ones group (policy none, ended
+ * by the operator). Every `burstEvery`-th key (both kinds, as the parity alternates)
+ * is a *burst* key: its messages go out back to back and the fake agent answers
+ * its hand-offs slowly, so they arrive while its run is open and wait to be batched.
+ */
+export function buildKeys(runTag, count, burstEvery = 0) {
   return Array.from({ length: count }, (_, k) => {
     const chatType = k % 2 === 0 ? "dm" : "group";
     const chatId = `c${runTag}-chat${k}`;
     const userId = `u${k}`;
     // Ids hold only [a-z0-9-], so percent-encoding leaves them as they are.
     const key = chatType === "dm" ? `generic:dm:${chatId}` : `generic:group:${chatId}:${userId}`;
-    return { index: k, chatType, chatId, userId, key };
+    const burst = burstEvery > 0 && k % burstEvery === burstEvery - 1;
+    // Which burst key this is (0, 1, …): spreads the bursts over the rounds.
+    const burstSlot = burst ? Math.floor(k / burstEvery) : null;
+    return { index: k, chatType, chatId, userId, key, burst, burstSlot };
   });
 }
 
-/** `perKey` messages to every key, interleaved (message j of every key, then j + 1). */
+/**
+ * `perKey` messages to every key, interleaved (message j of every key, then j + 1),
+ * but a burst key's messages all at once, in a round spread over the run (so the
+ * kills also land while batches wait).
+ */
 export function buildMessages(runTag, keys, perKey, secret) {
   const messages = [];
-  for (let j = 0; j < perKey; j++) {
+  for (let round = 0; round < perKey; round++) {
     for (const key of keys) {
-      const eventId = `c${runTag}-k${key.index}-m${j}`;
-      const body = JSON.stringify({
-        event_id: eventId,
-        chat_id: key.chatId,
-        chat_type: key.chatType,
-        user_id: key.userId,
-        text: `chaos message ${eventId}`,
-      });
-      messages.push({
-        eventId,
-        key,
-        body,
-        signature: `sha256=${createHmac("sha256", secret).update(body).digest("hex")}`,
-        attempts: 0,
-        statuses: {},
-        ack: null, // { session_id, duplicate, at }
-      });
+      if (key.burst && key.burstSlot % perKey !== round) continue;
+      for (const j of key.burst ? Array.from({ length: perKey }, (_, i) => i) : [round]) {
+        messages.push(message(runTag, key, j, secret));
+      }
     }
   }
   return messages;
+}
+
+/** One signed message: message `j` of `key`, its event id naming both. */
+function message(runTag, key, j, secret) {
+  const eventId = `c${runTag}-k${key.index}-m${j}`;
+  const body = JSON.stringify({
+    event_id: eventId,
+    chat_id: key.chatId,
+    chat_type: key.chatType,
+    user_id: key.userId,
+    text: `chaos message ${eventId}`,
+  });
+  return {
+    eventId,
+    key,
+    body,
+    signature: `sha256=${createHmac("sha256", secret).update(body).digest("hex")}`,
+    attempts: 0,
+    statuses: {},
+    ack: null, // { session_id, duplicate, at }
+  };
 }
 
 /**

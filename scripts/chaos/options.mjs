@@ -11,6 +11,11 @@ export const FLAGS = {
   "agent-fail": { value: 0.05, help: "share of hand-offs the fake agent answers 503 (the gateway retries)" },
   "hook-fail": { value: 0.1, help: "share of event deliveries the hook receiver answers 500" },
   "reply-fail": { value: 0.1, help: "share of reply deliveries the reply receiver answers 500" },
+  "burst-every": {
+    value: 3,
+    help: "every Nth key gets its messages in one burst and a slow agent, so queued messages batch (0: none)",
+  },
+  "slow-ms": { value: 1500, help: "how long the fake agent takes to answer a hand-off of a burst key" },
   "idle-seconds": { value: 3, help: "idle policy of the dm keys, in seconds" },
   "drain-timeout": { value: 120, help: "seconds to wait for answers, ends and finalized events after the load" },
   "start-timeout": { value: 120, help: "seconds one gateway start may take" },

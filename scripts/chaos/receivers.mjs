@@ -57,15 +57,19 @@ function sameHex(a, b) {
 /**
  * The fake agent: 200 `{"reply"}` naming the event ids it answers, or (a share)
  * 202 and the reply later through `POST /v1/runs/{id}/reply`, retried while the
- * gateway is down, or (a share) 503 so the gateway retries the hand-off.
+ * gateway is down, or (a share) 503 so the gateway retries the hand-off. For the
+ * keys in `slowKeys` it takes `slowMs` longer (either way), so that their next
+ * messages arrive while the run is open and wait for the next run.
  */
 export class FakeAgent {
-  constructor({ port, token, gatewayOrigin, runTag, next, asyncShare, failShare }) {
-    Object.assign(this, { port, token, gatewayOrigin, runTag, next, asyncShare, failShare });
+  constructor({ port, token, gatewayOrigin, runTag, next, asyncShare, failShare, slowKeys = new Set(), slowMs = 0 }) {
+    Object.assign(this, { port, token, gatewayOrigin, runTag, next, asyncShare, failShare, slowKeys, slowMs });
     this.handoffs = 0;
     this.answers = { 200: 0, 202: 0, 503: 0 };
     this.seen = new Map(); // event id -> hand-offs that carried it
     this.runs = new Map(); // run id -> hand-offs of that run
+    this.carriedBy = new Map(); // event id -> the distinct run ids whose hand-offs carried it (503s too)
+    this.runMessages = new Map(); // run id -> the event ids its first hand-off carried
     this.story = new Map(); // event id -> what the agent answered for it, in order (for a failure's details)
     this.laterReplies = { recorded: 0, refused: {}, attempts: 0, pending: 0 };
     this.badAuth = 0;
@@ -89,6 +93,9 @@ export class FakeAgent {
     const body = JSON.parse(raw.toString("utf8"));
     this.handoffs += 1;
     const carried = (body.messages?.length ? body.messages : [body.message]).map((m) => m.event_id);
+    for (const id of carried) this.carriedBy.set(id, new Set([...(this.carriedBy.get(id) ?? []), body.run_id]));
+    if (!this.runMessages.has(body.run_id)) this.runMessages.set(body.run_id, carried);
+    const slow = this.slowKeys.has(body.session?.key) ? this.slowMs : 0;
     const roll = this.next();
     const tell = (what) => {
       for (const id of carried) this.story.set(id, [...(this.story.get(id) ?? []), `${body.run_id}: ${what}`]);
@@ -106,11 +113,12 @@ export class FakeAgent {
       this.answers[202] += 1;
       tell("202");
       answer(response, 202, { accepted: true });
-      this.replyLater(body.run_id, body.run_token, text, 100 + Math.floor(this.next() * 1400), tell);
+      this.replyLater(body.run_id, body.run_token, text, slow + 100 + Math.floor(this.next() * 1400), tell);
       return;
     }
     this.answers[200] += 1;
     tell("200 with the reply");
+    if (slow > 0) await sleep(slow);
     return answer(response, 200, { reply: text });
   }
 

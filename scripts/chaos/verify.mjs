@@ -34,7 +34,13 @@ export class AdminApi {
       );
       for (const row of rows) {
         const detail = await this.call("GET", `/admin/sessions/${encodeURIComponent(row.id)}`);
-        sessions.push({ key, row: detail.session, messages: detail.messages, events: detail.events });
+        sessions.push({
+          key,
+          row: detail.session,
+          messages: detail.messages,
+          events: detail.events,
+          runs: detail.runs ?? [],
+        });
       }
     }
     return sessions;
@@ -47,7 +53,7 @@ const increment = (map, id) => map.set(id, (map.get(id) ?? 0) + 1);
  * The figures and the problems. `messages` are the load's (with their acks),
  * `sessions` the admin snapshot, `agent`/`hooks`/`replies` the receivers.
  */
-export function verify({ runTag, messages, sessions, agent, hooks, replies }) {
+export function verify({ runTag, messages, sessions, agent, hooks, replies, expectBatches = false }) {
   const stored = new Map(); // event id -> user messages holding it, across every session
   const storedIn = new Map(); // event id -> session ids holding it
   const replied = new Map(); // event id -> stored assistant messages answering it
@@ -80,6 +86,8 @@ export function verify({ runTag, messages, sessions, agent, hooks, replies }) {
   const answeredTwice = acked.filter((m) => (replied.get(m.eventId) ?? 0) > 1).map((m) => m.eventId);
   const notDelivered = acked.filter((m) => !replies.answered.has(m.eventId)).map((m) => m.eventId);
   const deliveredTwice = acked.filter((m) => (replies.answered.get(m.eventId) ?? 0) > 1).map((m) => m.eventId);
+
+  const batches = checkBatches({ runTag, sessions, agent });
 
   const byReason = {};
   const live = [];
@@ -146,6 +154,16 @@ export function verify({ runTag, messages, sessions, agent, hooks, replies }) {
     finalized_twice: list(finalizedTwice),
     finalized_without_finalizing_end: list(finalizedWrongly),
     transcript_mismatch: list(transcriptMismatch),
+    runs_carrying: batches.runsCarrying,
+    runs_batched: batches.runsBatched,
+    largest_batch: batches.largestBatch,
+    not_dispatched: batches.notDispatched,
+    still_waiting: list(batches.stillWaiting),
+    in_two_runs: list(batches.inTwoRuns),
+    run_mismatch: list(batches.runMismatch),
+    run_unknown: list(batches.runUnknown),
+    run_not_answered_once: list(batches.notAnsweredOnce),
+    reply_batch_mismatch: list(batches.replyMismatch),
     events_received: hooks.events.size,
     events_redelivered_same_id: redelivered,
     hook_bad_signatures: hooks.badSignatures,
@@ -154,7 +172,18 @@ export function verify({ runTag, messages, sessions, agent, hooks, replies }) {
 
   // For every failing message: where it was stored, how its session ended, what the agent did.
   const rowById = new Map(sessions.map((session) => [session.row.id, session.row]));
-  const failing = [...new Set([...lost, ...notHandedOver, ...unanswered, ...notDelivered, ...duplicated])];
+  const failing = [
+    ...new Set([
+      ...lost,
+      ...notHandedOver,
+      ...unanswered,
+      ...notDelivered,
+      ...duplicated,
+      ...batches.stillWaiting,
+      ...batches.inTwoRuns,
+      ...batches.runMismatch,
+    ]),
+  ];
   const details = failing.slice(0, 20).map((id) => {
     const message = messages.find((m) => m.eventId === id);
     return {
@@ -167,6 +196,7 @@ export function verify({ runTag, messages, sessions, agent, hooks, replies }) {
         return `${sid} (ended ${row?.end_reason ?? "never"} at ${row?.ended_at ?? "-"}, last active ${row?.last_active_at})`;
       }),
       agent: agent.story.get(id) ?? ["never received"],
+      runs: batches.runsOf.get(id) ?? [],
       reply_stored: replied.get(id) ?? 0,
       reply_received: replies.answered.get(id) ?? 0,
     };
@@ -190,7 +220,89 @@ export function verify({ runTag, messages, sessions, agent, hooks, replies }) {
   check("finalized_twice", finalizedTwice.length, "sessions finalized twice (two different event ids)");
   check("finalized_wrongly", finalizedWrongly.length, "session.finalized for a session whose end does not finalize");
   check("transcript", transcriptMismatch.length, "finalized transcripts that differ from D1");
+  // Invariant 11: every stored user message carried by exactly one run, or not dispatched with a reason.
+  check("waiting", batches.stillWaiting.length, "user messages neither carried by a run nor marked not dispatched");
+  check("two_runs", batches.inTwoRuns.length, "messages carried by two different runs");
+  check("run_mismatch", batches.runMismatch.length, "messages whose run in D1 is not the run the agent got them in");
+  check("run_unknown", batches.runUnknown.length, "messages whose run_id is not among their session's runs");
+  check("not_answered_once", batches.notAnsweredOnce.length, "runs carrying messages without exactly one reply");
+  check("reply_mismatch", batches.replyMismatch.length, "replies naming other messages than their run carried");
+  // So the check cannot silently stop exercising the queue: the burst keys must batch.
+  if (expectBatches && batches.runsBatched === 0) {
+    problems.push("no run carried more than one message: the load no longer exercises queue batching");
+  }
   check("signatures", hooks.badSignatures, "hook deliveries with a bad signature");
   check("tokens", agent.badAuth, "hand-offs with a bad AGENT_TOKEN");
   return { figures, problems, details };
+}
+
+/**
+ * Invariant 11 over D1 and the agent's records: each stored user message has
+ * exactly one of `run_id` and `not_dispatched`; its run is one of its session's
+ * runs and the run the agent received it in; no message reached the agent in two
+ * different runs; and each run that carried messages has exactly one stored reply
+ * (the fake agent's, which names every message it was given).
+ */
+export function checkBatches({ runTag, sessions, agent }) {
+  const carried = new Map(); // run id -> user event ids whose D1 row names that run
+  const runsOf = new Map(); // event id -> run ids naming it (D1 and agent), for the failure details
+  const replies = new Map(); // run id -> stored assistant texts of that run
+  const notDispatched = {};
+  const stillWaiting = [];
+  const runUnknown = [];
+  const runMismatch = [];
+  for (const session of sessions) {
+    const known = new Set(session.runs.map((run) => run.run_id));
+    for (const message of session.messages) {
+      if (message.role === "assistant" && message.run_id) {
+        replies.set(message.run_id, [...(replies.get(message.run_id) ?? []), message.text]);
+      }
+      if (message.role !== "user") continue;
+      for (const id of eventIdsIn(message.text, runTag)) {
+        if (message.not_dispatched) {
+          notDispatched[message.not_dispatched] = (notDispatched[message.not_dispatched] ?? 0) + 1;
+          // One of the two, never both.
+          if (message.run_id) runMismatch.push(`${id} (run ${message.run_id} and not dispatched)`);
+          continue;
+        }
+        if (!message.run_id) {
+          stillWaiting.push(id);
+          continue;
+        }
+        if (!known.has(message.run_id)) runUnknown.push(`${id} (run ${message.run_id})`);
+        carried.set(message.run_id, [...(carried.get(message.run_id) ?? []), id]);
+        const atAgent = [...(agent.carriedBy.get(id) ?? [])];
+        runsOf.set(id, [`D1 ${message.run_id}`, ...atAgent.map((run) => `agent ${run}`)]);
+        if (atAgent.length > 0 && !atAgent.includes(message.run_id)) {
+          runMismatch.push(`${id} (D1 ${message.run_id}, agent ${atAgent.join(" ")})`);
+        }
+      }
+    }
+  }
+  const inTwoRuns = [...agent.carriedBy].filter(([, runs]) => runs.size > 1).map(([id]) => id);
+  const notAnsweredOnce = [];
+  const replyMismatch = [];
+  for (const [runId, ids] of carried) {
+    const texts = replies.get(runId) ?? [];
+    if (texts.length !== 1) {
+      notAnsweredOnce.push(`${runId} (${texts.length} replies for ${ids.join(" ")})`);
+      continue;
+    }
+    const named = eventIdsIn(texts[0], runTag).sort().join(" ");
+    if (named !== [...ids].sort().join(" ")) replyMismatch.push(`${runId} (carries ${ids.join(" ")}; reply ${named})`);
+  }
+  const sizes = [...carried.values()].map((ids) => ids.length);
+  return {
+    runsCarrying: carried.size,
+    runsBatched: sizes.filter((n) => n > 1).length,
+    largestBatch: Math.max(0, ...sizes),
+    notDispatched,
+    stillWaiting,
+    inTwoRuns,
+    runMismatch,
+    runUnknown,
+    notAnsweredOnce,
+    replyMismatch,
+    runsOf,
+  };
 }
