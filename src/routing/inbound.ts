@@ -148,7 +148,8 @@ export class Inbound {
     const debounced = this.queue.settingsFor(message.platform, message.chatType).debounce_ms > 0;
     if (stored.sessionId === predicted.sessionId) {
       waiting.confirm(message.eventId, stored.sessionId);
-      if (firstPending) entry.update({ firstRunPending: true });
+      // stored.work.isNew: an entry rebuilt from D1 (it had been forgotten) made the claim.
+      if (firstPending || stored.work.isNew) entry.update({ firstRunPending: true });
     } else if (debounced) {
       // A new session: the message waits there for its window (the end of the old one dropped its row).
       waiting.add(stored.sessionId, message);

@@ -9,15 +9,19 @@
 import { releaseMessages, revokeInterrupted } from "../db/overlap";
 import { selectRun } from "../db/runs";
 import { backoffDelay } from "../http/backoff";
-import { selectDedupe } from "../db/sessions";
+import { selectDedupe, selectSession } from "../db/sessions";
 import { CRON_PLATFORM } from "../domain/cron";
 import type { RoutedMessage } from "../domain/inbound";
 import { resolveOverlap, type OverlapView } from "../domain/overlap";
 import { isOpenRun, leaseUntil } from "../domain/turn-hold";
 import { newId } from "../ids";
 import { configFor, dispatchWork, type RouterContext } from "./context";
+import { entryFromRow } from "./entry";
 import type { WaitingRow } from "./waiting";
-import { carriedBy } from "./work";
+import { carriedBy, type RunWork } from "./work";
+
+/** What a run tells the agent of its session beyond its id. */
+type RunContext = Pick<RunWork, "isNew" | "parentId" | "reset">;
 
 export class Queue {
   constructor(private readonly ctx: RouterContext) {}
@@ -95,7 +99,8 @@ export class Queue {
       const quietAt = this.quietAt(sessionId);
       if (quietAt !== null && now < quietAt) continue;
       // concurrent: runs never wait for each other (only for the debounce window).
-      if (this.modeOf(sessionId) === "concurrent" || !this.unfinishedIn(sessionId)) this.dispatch(sessionId, now);
+      if (this.modeOf(sessionId) === "concurrent" || !this.unfinishedIn(sessionId))
+        this.dispatch(sessionId, now, [], await this.runContextOf(sessionId));
       else if (this.interrupts(sessionId)) await this.interrupt(sessionId, now);
     }
   }
@@ -179,8 +184,28 @@ export class Queue {
     this.dispatch(sessionId, now, carried);
   }
 
-  /** Stages one run carrying the session's oldest waiting messages, and takes them off the list. */
-  private dispatch(sessionId: string, now: number, revoked: RoutedMessage[] = []): void {
+  /**
+   * The session's next run context (is_new, parent, reset): the entry's when it names
+   * the session; else (the entry was forgotten while messages waited) the D1 row's, as
+   * the recovery path rebuilds it, so a fresh session's first run still says is_new.
+   * Only that path reads D1.
+   */
+  private async runContextOf(sessionId: string): Promise<RunContext | undefined> {
+    const { entry, db } = this.ctx;
+    if (entry.isLive(sessionId)) return undefined;
+    const [rows] = await db.batch(selectSession(db, sessionId));
+    const row = rows[0];
+    if (!row) return undefined;
+    const rebuilt = entryFromRow(row, row);
+    const isNew = rebuilt.firstRunPending;
+    return { isNew, parentId: rebuilt.parentId, reset: isNew ? rebuilt.reset : null };
+  }
+
+  /**
+   * Stages one run carrying the session's oldest waiting messages, and takes them off
+   * the list. `context`: the run context when the entry does not name the session.
+   */
+  private dispatch(sessionId: string, now: number, revoked: RoutedMessage[] = [], context?: RunContext): void {
     const { waiting, outbox, entry, confirmedRuns } = this.ctx;
     const rows: WaitingRow[] = waiting.all().filter((row) => row.sessionId === sessionId && row.confirmed);
     const first = rows[0];
@@ -203,6 +228,7 @@ export class Queue {
         isNew: firstRun,
         parentId: isEntrySession ? current.parentId : null,
         reset: firstRun ? current.reset : null,
+        ...(isEntrySession ? {} : context),
       }),
       messages: carried,
       ...(movedFrom.length > 0 ? { movedFrom } : {}),

@@ -6,7 +6,6 @@ import { env } from "cloudflare:workers";
 import fc from "fast-check";
 import { vi } from "vitest";
 import { setNow } from "../helpers";
-import { KNOWN_GAPS } from "./known-gaps";
 import { adoptStored, applyCarried, checkWaitingAfterAlarm } from "./carriage";
 import { fail, verify } from "./check";
 import {
@@ -497,8 +496,6 @@ class Forget implements Cmd {
         const answer = await admin(`/admin/routes/${encodeURIComponent(m.keys[this.key]!.key)}`, { method: "DELETE" });
         expectStatus("DELETE routes", answer, 200);
         m.entry[this.key] = false;
-        const newest = m.newest(this.key);
-        if (KNOWN_GAPS.forgottenWaitingIsNew && newest) for (const run of m.waitingIn(newest)) run.isNew = null;
       },
       [this.key],
     );

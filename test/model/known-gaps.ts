@@ -9,15 +9,7 @@ import { env } from "cloudflare:workers";
 
 const strict = !!(env as unknown as Record<string, string | undefined>).MODEL_STRICT;
 
-export const KNOWN_GAPS: Record<string, boolean> = {
-  /**
-   * The routing entry is forgotten (DELETE /admin/routes) while the first message
-   * of a fresh session waits (queue, debounce): the entry rebuilt from D1 finds the
-   * row's current_run_id already set by that message's store, so the run that
-   * finally carries it is handed over with is_new false (the spec: true).
-   */
-  forgottenWaitingIsNew: !strict,
-};
+export const KNOWN_GAPS: Record<string, boolean> = {};
 
 /** True under `--strict`, so a gap added later can be turned off. */
 export const STRICT = strict;
