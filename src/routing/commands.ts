@@ -36,6 +36,7 @@ import {
 } from "./context";
 import { entryFromNew } from "./entry";
 import type { AcceptedBody, RpcResult } from "./results";
+import { dropEnded } from "./queue";
 import type { Settlement } from "./settlement";
 import { toUserMessage, type DeliveryWork } from "./work";
 
@@ -119,8 +120,7 @@ export class Commands {
       if (endedAs && results[0] === 1) countEnded(endedAs);
       if (row) {
         // Its waiting messages were recorded as not dispatched in the batch: none is carried on.
-        this.ctx.waiting.dropSession(row.id);
-        this.ctx.typing.sessionEnded(row.id);
+        dropEnded(this.ctx, row.id);
         stageEvents(this.ctx, row.id, now);
       }
       if (fresh && results[insertAt] !== 1) {

@@ -34,7 +34,7 @@ import {
   type RouterContext,
 } from "./context";
 import type { Commands } from "./commands";
-import type { Queue } from "./queue";
+import { dropEnded, type Queue } from "./queue";
 import { entryFromNew, entryFromRow } from "./entry";
 import type { AcceptedBody, RoutingDecisionName, RpcResult } from "./results";
 import type { Settlement } from "./settlement";
@@ -272,8 +272,7 @@ export class Inbound {
       const results = await ingress.batch(...statements);
       if (decision.expire && results[0] === 1) countEnded(decision.expire.reason);
       if (row) {
-        this.ctx.waiting.dropSession(row.id);
-        this.ctx.typing.sessionEnded(row.id);
+        dropEnded(this.ctx, row.id);
         stageEvents(this.ctx, row.id, now);
       }
       if (results[insertAt] !== 1) {

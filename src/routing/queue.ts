@@ -241,3 +241,22 @@ export class Queue {
     if (firstRun) entry.update({ firstRunPending: false });
   }
 }
+
+/**
+ * A session ended (the batch that ended it is done): nothing of it waits any more,
+ * and a run staged for its waiting messages leaves the outbox with them, in the same
+ * synchronous step. That batch recorded those messages as not dispatched (the run
+ * was not in D1 yet) or revoked the run that took them, so the run must never be
+ * handed over, nor its messages carried on by an interrupt, should the session
+ * reopen (a recoverable end). A run staged with its one message keeps its item: its
+ * hand-off finds the run revoked.
+ */
+export function dropEnded(ctx: RouterContext, sessionId: string): void {
+  ctx.waiting.dropSession(sessionId);
+  // Its runs are revoked: none of them shows typing any more.
+  ctx.typing.sessionEnded(sessionId);
+  for (const item of ctx.outbox.all("run")) {
+    const work = item.payload;
+    if (work.sessionId === sessionId && work.messages && work.stage === "dispatch") ctx.outbox.complete(item.id);
+  }
+}

@@ -18,7 +18,7 @@ import type { AlarmPlan } from "./alarm";
 import { eventStatusFor, policyFor, revokedAndEnded, stageEvents, type RouterContext } from "./context";
 import type { RoutedMessage } from "../domain/inbound";
 import type { OutboxItem } from "./outbox-table";
-import type { Queue } from "./queue";
+import { dropEnded, type Queue } from "./queue";
 
 /** Who holds a live session's turn, and until when. */
 export interface Lease {
@@ -86,8 +86,7 @@ export class Settlement {
         clearSweepAt(row.id),
         ...endedEvents(row.id, now, eventStatusFor(this.ctx)),
       );
-      this.ctx.waiting.dropSession(row.id);
-      this.ctx.typing.sessionEnded(row.id);
+      dropEnded(this.ctx, row.id);
       stageEvents(this.ctx, row.id, now);
       return null;
     }
@@ -108,8 +107,7 @@ export class Settlement {
         ...revokedAndEnded(this.ctx, row.id, now),
       );
       if (promoted === 1) countEnded(expired);
-      this.ctx.waiting.dropSession(row.id);
-      this.ctx.typing.sessionEnded(row.id);
+      dropEnded(this.ctx, row.id);
       stageEvents(this.ctx, row.id, now);
       return null;
     }
@@ -197,8 +195,7 @@ export class Settlement {
     // The batch writes the events of any ended row that lacks them (one ended out of
     // band, by SQL), changed here or not: they are delivered either way.
     if (row && row.endReason !== null) {
-      this.ctx.waiting.dropSession(sessionId);
-      this.ctx.typing.sessionEnded(sessionId);
+      dropEnded(this.ctx, sessionId);
       stageEvents(this.ctx, sessionId, now);
     }
     if (changed === 1 && row) {

@@ -1,0 +1,68 @@
+/**
+ * A run staged for waiting messages and not yet handed over when its session ends
+ * (spec "Overlapping messages", invariant 11): the end records those messages as not
+ * dispatched, so the staged run leaves the outbox with them and is never handed to
+ * the agent, even when the session reopens (a recoverable end) and a new message
+ * comes: neither an interrupt nor the queue carries them on. Found by the model test.
+ */
+import { env } from "cloudflare:test";
+import { afterEach, beforeEach, expect, it } from "vitest";
+import { T0, genericKey, restoreClock, router, runAlarm, send, setNow, unique, useConfig } from "../helpers";
+import { accepted, agentApi, agentConfig, fakeServices } from "../agent/support";
+
+let services: ReturnType<typeof fakeServices>;
+
+beforeEach(() => setNow(T0));
+afterEach(() => {
+  services?.restore();
+  restoreClock();
+  useConfig(null);
+});
+
+const carried = () => services.agentCalls().map((c) => (c.json.messages as { text: string }[]).map((m) => m.text));
+
+async function userMessages(sessionId: string) {
+  const { results } = await env.DB.prepare(
+    `SELECT text, run_id, not_dispatched FROM messages WHERE session_id = ? AND role = 'user' ORDER BY seq`,
+  )
+    .bind(sessionId)
+    .all<{ text: string; run_id: string | null; not_dispatched: string | null }>();
+  return results;
+}
+
+for (const mode of ["interrupt", "queue"] as const) {
+  it(`${mode}: an agent end drops the run staged for the waiting message; after the reopen it is never handed over`, async () => {
+    useConfig(agentConfig({ HOOK_URLS: "", OVERLAP: JSON.stringify({ mode }) }));
+    services = fakeServices(() => accepted());
+    const chat = unique("chat");
+    const key = genericKey(chat);
+    // "one" is handed over and accepted (202); "two" waits behind it.
+    const one = await send({ chat_id: chat, text: "one" });
+    const sessionId = one.body.session_id as string;
+    await runAlarm(key);
+    const run = services.agentCalls()[0]!.json;
+    setNow(T0 + 1);
+    await send({ chat_id: chat, text: "two" });
+    // The reply through the run API finishes "one": a run for "two" is staged (the alarm hands it over).
+    setNow(T0 + 2);
+    expect((await agentApi(`/v1/runs/${run.run_id}/reply`, run.run_token, { text: "answer one" })).status).toBe(200);
+    // Before that hand-off, the agent ends the session (recoverable): "two" is not dispatched.
+    setNow(T0 + 3);
+    const ended = await agentApi(`/v1/sessions/${sessionId}/end`, run.run_token, { reason: "agent_close" });
+    expect(ended.status).toBe(200);
+    // A new message reopens the same session; its run carries only itself.
+    setNow(T0 + 4);
+    const three = await send({ chat_id: chat, text: "three" });
+    expect(three.body.session_id).toBe(sessionId);
+    await runAlarm(key);
+    await router(key).drained();
+    await runAlarm(key);
+    expect(carried()).toEqual([["one"], ["three"]]);
+    const runIds = services.agentCalls().map((c) => c.json.run_id as string);
+    expect(await userMessages(sessionId)).toEqual([
+      { text: "one", run_id: runIds[0], not_dispatched: null },
+      { text: "two", run_id: null, not_dispatched: "session_ended" },
+      { text: "three", run_id: runIds[1], not_dispatched: null },
+    ]);
+  });
+}
