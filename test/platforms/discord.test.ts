@@ -6,7 +6,7 @@
  * (long ones split into followups), with failures visible in the operator API.
  */
 import { exports } from "cloudflare:workers";
-import { afterEach, beforeAll, beforeEach, describe, expect, it } from "vitest";
+import { afterEach, beforeAll, beforeEach, describe, expect, it, vi } from "vitest";
 import { toHex } from "../../src/crypto";
 import { accepted, agentApi, AGENT_TOKEN, AGENT_URL } from "../agent/support";
 import commandDm from "../fixtures/discord/command-dm.json";
@@ -298,6 +298,91 @@ describe("verification: refused with 401, nothing stored", () => {
       expect(await tableCounts()).toEqual(before);
     });
   }
+});
+
+describe("the signing window's edge", () => {
+  const now = () => Math.floor(T0 / 1000);
+  // The window is inclusive: exactly five minutes either way is still accepted.
+  for (const [name, offset] of [
+    ["exactly 300 s old", -300],
+    ["exactly 300 s ahead", 300],
+  ] as const) {
+    it(`accepts a timestamp ${name}, and refuses one a second further with 401, storing nothing`, async () => {
+      const user = id();
+      expect(await post(interaction(commandDm, { user }), { timestamp: now() + offset })).toEqual({
+        status: 200,
+        body: DEFERRED,
+      });
+      expect(await sessionsOfKey(dmKey(user))).toHaveLength(1);
+
+      const before = await tableCounts();
+      const late = id();
+      const refused = await post(interaction(commandDm, { user: late }), {
+        timestamp: now() + offset + Math.sign(offset),
+      });
+      expect(refused).toEqual({ status: 401, body: { error: { code: "bad_signature", message: expect.any(String) } } });
+      expect(await tableCounts()).toEqual(before);
+      expect(await sessionsOfKey(dmKey(late))).toHaveLength(0);
+    });
+  }
+});
+
+// workerd's Web Crypto imports any 32 bytes as an Ed25519 key and never throws in
+// verify once the lengths are right, so these paths are reached by making
+// crypto.subtle refuse, as another runtime or a future one may.
+describe("when Web Crypto refuses the key or the signature", () => {
+  let warnings: string[];
+  beforeEach(() => {
+    warnings = [];
+    vi.spyOn(console, "warn").mockImplementation((...args: unknown[]) => void warnings.push(args.join(" ")));
+  });
+  afterEach(() => vi.restoreAllMocks());
+
+  it("answers 500 invalid_config naming DISCORD_PUBLIC_KEY when the key cannot be imported, stores nothing, and imports again next time", async () => {
+    // A key of its own, so no import cached by an earlier test answers for it.
+    const own = (await crypto.subtle.generateKey({ name: "Ed25519" }, true, ["sign", "verify"])) as CryptoKeyPair;
+    useConfig(
+      discordConfig({
+        DISCORD_PUBLIC_KEY: toHex((await crypto.subtle.exportKey("raw", own.publicKey)) as ArrayBuffer),
+      }),
+    );
+    vi.spyOn(crypto.subtle, "importKey").mockRejectedValueOnce(new DOMException("unusable key", "DataError"));
+
+    const before = await tableCounts();
+    const user = id();
+    const refused = await post(interaction(commandDm, { user }), { key: own.privateKey });
+    expect(refused.status).toBe(500);
+    expect(refused.body.error).toEqual({
+      code: "invalid_config",
+      message: expect.stringMatching(/DISCORD_PUBLIC_KEY.*not a usable Ed25519 public key.*unusable key/),
+    });
+    expect(await tableCounts()).toEqual(before);
+
+    // The failed import is not cached: once the runtime accepts the key, so does the gateway.
+    expect(await post(interaction(commandDm, { user }), { key: own.privateKey })).toEqual({
+      status: 200,
+      body: DEFERRED,
+    });
+    expect(await sessionsOfKey(dmKey(user))).toHaveLength(1);
+  });
+
+  it("refuses with 401 and logs a warning when verify throws on a well-formed signature, storing nothing", async () => {
+    vi.spyOn(crypto.subtle, "verify").mockRejectedValueOnce(new DOMException("verify refused", "OperationError"));
+    const before = await tableCounts();
+    const user = id();
+    const refused = await post(interaction(commandDm, { user }));
+    expect(refused).toEqual({ status: 401, body: { error: { code: "bad_signature", message: expect.any(String) } } });
+    expect(await tableCounts()).toEqual(before);
+    expect(await sessionsOfKey(dmKey(user))).toHaveLength(0);
+    const lines = warnings.map((line) => JSON.parse(line));
+    expect(lines).toContainEqual(
+      expect.objectContaining({
+        level: "warn",
+        msg: "discord: signature check threw",
+        error: expect.stringContaining("verify refused"),
+      }),
+    );
+  });
 });
 
 describe("malformed bodies after a valid signature: 400, nothing stored", () => {

@@ -274,6 +274,28 @@ describe("verification: refused with 401, nothing stored", () => {
     expect(await sessionsOfKey(dmKey(channel))).toHaveLength(1);
   });
 
+  // The window is inclusive: exactly five minutes either way is still accepted.
+  for (const [name, offset] of [
+    ["exactly 300 s old", -300],
+    ["exactly 300 s ahead", 300],
+  ] as const) {
+    it(`accepts a timestamp ${name}, one second inside the refusal`, async () => {
+      const channel = unique("D");
+      const response = await post(eventFixture(messageIm, { channel }), { timestamp: now() + offset });
+      expect(response).toEqual({ status: 200, body: {} });
+      expect(await sessionsOfKey(dmKey(channel))).toHaveLength(1);
+
+      const before = await tableCounts();
+      const late = unique("D");
+      const refused = await post(eventFixture(messageIm, { channel: late }), {
+        timestamp: now() + offset + Math.sign(offset),
+      });
+      expect(refused).toEqual({ status: 401, body: { error: { code: "bad_signature", message: expect.any(String) } } });
+      expect(await tableCounts()).toEqual(before);
+      expect(await sessionsOfKey(dmKey(late))).toHaveLength(0);
+    });
+  }
+
   it("refuses a signed slash command whose signature is wrong", async () => {
     const before = await tableCounts();
     const response = await slash(slashFields({ channel: unique("D"), user: unique("U") }), { secret: "nope" });
