@@ -286,7 +286,12 @@ export class Turns {
     // run API; a hand-off from the outbox does so once its item is done).
     if (recorded.finished) {
       this.ctx.waiting.over(runId);
-      if (!fromOutbox) await this.queue.pump(now);
+      if (!fromOutbox) {
+        // A hand-off still being retried (the agent was down, then answered through the
+        // API): it is owed no more, and must not keep the next message waiting behind it.
+        if (outbox.get(runId, "run")?.payload.stage === "dispatch") outbox.complete(runId);
+        await this.queue.pump(now);
+      }
     }
     return recorded;
   }

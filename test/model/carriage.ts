@@ -131,6 +131,14 @@ export function applyCarried(m: Model, call: AgentCall, carrier: MRun): void {
   }
   carrier.carries = [...call.carried];
   carrier.storedRunId = call.runId;
+  // What max_batch left behind at this dispatch: older than the run, so (interrupt) it waits for it.
+  const carriedNow = new Set(call.carried);
+  session.leftovers = new Set(
+    m
+      .waitingIn(session)
+      .map((run) => run.eventId)
+      .filter((id) => !carriedNow.has(id)),
+  );
   if (settings.mode === "concurrent" && settings.debounceMs === 0 && call.carried.length !== 1)
     fail("overlap (concurrent)", `${where}: one run per message`);
   const batch = fromRevoked === 0 ? call.carried.length : fromWaiting.length;
@@ -162,6 +170,14 @@ export function checkWaitingAfterAlarm(m: Model, key: number, fired: boolean): v
   const { holding, lapsed } = m.unfinishedIn(session);
   if (m.runsOf(session).some((run) => run.state === "limbo" || run.fromLimbo)) return;
   if (settings.mode === "queue" && holding.length > 0) return;
+  // interrupt: only a message newer than the run interrupts it; what max_batch left
+  // behind when it was dispatched waits for it, as in queue.
+  if (
+    settings.mode === "interrupt" &&
+    holding.length > 0 &&
+    waiting.every((run) => session.leftovers?.has(run.eventId))
+  )
+    return;
   // A run past its lease is over once the gateway reads it: the alarm may have ended the session instead.
   if (lapsed.length > 0 && settings.mode !== "concurrent") return;
   fail(

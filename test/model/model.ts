@@ -92,6 +92,8 @@ export interface MSession {
   staged: number;
   /** A recoverable row that `/new` replaced: its key's alarm still promotes it at its deadline. */
   watched: boolean;
+  /** The messages still waiting right after its last run was dispatched from the waiting list. */
+  leftovers?: Set<string>;
 }
 
 /**

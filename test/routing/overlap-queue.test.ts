@@ -271,6 +271,34 @@ describe("queue: the agent accepts (202) and replies through the run API", () =>
     expect(services.replies().map((r) => r.text)).toEqual(["to one", "re: two"]);
   });
 
+  it("a reply through the API while the run's hand-off is being retried ends that hand-off: the next message gets its own run", async () => {
+    // The agent took the hand-off but answered 503; it then replies through the run API.
+    services = fakeServices((request) =>
+      request.json.message.text === "one" ? new Response("busy", { status: 503 }) : replyWith("re: two"),
+    );
+    const chat = unique("chat");
+    const key = genericKey(chat);
+    const one = await send({ chat_id: chat, text: "one" });
+    await runAlarm(key);
+    const first = services.agentCalls()[0]!.json;
+    setNow(T0 + 1);
+    expect((await agentApi(`/v1/runs/${first.run_id}/reply`, first.run_token, { text: "to one" })).status).toBe(200);
+    setNow(T0 + 2);
+    await send({ chat_id: chat, text: "two" });
+    // "two" got a run of its own at once: nothing of the session is unfinished.
+    expect((await sessionAnswer(one.body.session_id)).messages.map((m: any) => [m.text, typeof m.run_id])).toEqual([
+      ["one", "string"],
+      ["to one", "string"],
+      ["two", "string"],
+    ]);
+    setNow(T0 + 10 * MINUTE);
+    await runAlarm(key);
+    await router(key).drained();
+    // The retried hand-off of "one" is not made again.
+    expect(callTexts()).toEqual([["one"], ["two"]]);
+    expect(services.replies().map((r) => r.text)).toEqual(["to one", "re: two"]);
+  });
+
   it("an accepted run whose lease lapses hands the waiting messages on; the session is not reaped", async () => {
     services = fakeServices(() => accepted());
     const chat = unique("chat");
