@@ -128,14 +128,23 @@ export function selectWaitingMessages(sessionId: string): Statement<MessageRow[]
  * rotation, whose waiting messages are carried on in the continuation.
  */
 export function markEndedNotDispatched(sessionId: string): Statement<number> {
+  // The session and the parents it continues by rotation: a message that waited in a
+  // parent went on waiting here (a rotation moves what waits), while its row stays
+  // where it was stored. Only a rotation's parent can still hold a waiting message.
   return exec(
     `UPDATE messages SET not_dispatched = (SELECT CASE end_reason WHEN 'new_command' THEN 'new_command'
-          WHEN 'suspended' THEN 'stopped' ELSE 'session_ended' END FROM sessions WHERE id = messages.session_id)
-      WHERE session_id = ? AND role = 'user' AND run_id IS NULL AND not_dispatched IS NULL
-        AND EXISTS (SELECT 1 FROM sessions s WHERE s.id = ? AND s.end_reason IS NOT NULL
+          WHEN 'suspended' THEN 'stopped' ELSE 'session_ended' END FROM sessions WHERE id = ?1)
+      WHERE session_id IN (
+          WITH RECURSIVE chain(id, parent) AS (
+            SELECT id, parent_session_id FROM sessions WHERE id = ?1
+            UNION ALL
+            SELECT p.id, p.parent_session_id FROM sessions p JOIN chain ON p.id = chain.parent
+              WHERE p.end_reason = 'compression')
+          SELECT id FROM chain)
+        AND role = 'user' AND run_id IS NULL AND not_dispatched IS NULL
+        AND EXISTS (SELECT 1 FROM sessions s WHERE s.id = ?1 AND s.end_reason IS NOT NULL
           AND NOT (s.end_reason = 'compression'
             AND EXISTS (SELECT 1 FROM sessions c WHERE c.session_key = s.session_key AND c.parent_session_id = s.id)))`,
-    sessionId,
     sessionId,
   );
 }

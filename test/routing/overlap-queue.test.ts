@@ -339,6 +339,34 @@ describe("queue: expiry waits for the waiting messages too (invariant 6)", () =>
 });
 
 describe("queue: a rotation while messages wait", () => {
+  it("a message that waited in the parent and then the continuation ended is recorded not dispatched, where it is stored", async () => {
+    services = fakeServices(() => accepted());
+    const chat = unique("chat");
+    const key = genericKey(chat);
+    const one = await send({ chat_id: chat, text: "one" });
+    await runAlarm(key);
+    const first = services.agentCalls()[0]!.json;
+    setNow(T0 + 1);
+    await send({ chat_id: chat, text: "two" });
+    const rotated = await agentApi(`/v1/sessions/${one.body.session_id}/rotate`, first.run_token, {
+      reason: "compression",
+    });
+    expect(rotated.status).toBe(200);
+    setNow(T0 + 2);
+    await send({ chat_id: chat, text: "/reset" });
+    await runAlarm(key);
+    await router(key).drained();
+    // "two" is stored in the parent (its row stays there); the continuation's end leaves it behind.
+    const { messages } = await sessionAnswer(one.body.session_id);
+    expect(
+      messages.filter((m: any) => m.role === "user").map((m: any) => [m.text, m.run_id === null, m.not_dispatched]),
+    ).toEqual([
+      ["one", false, null],
+      ["two", true, "new_command"],
+    ]);
+    expect(callTexts()).toEqual([["one"]]);
+  });
+
   it("what waited in the parent is carried by the continuation's next run", async () => {
     services = fakeServices((request) => (request.json.message.text === "one" ? accepted() : replyWith("re: two")));
     const chat = unique("chat");
