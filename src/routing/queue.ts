@@ -248,8 +248,9 @@ export class Queue {
  * synchronous step. That batch recorded those messages as not dispatched (the run
  * was not in D1 yet) or revoked the run that took them, so the run must never be
  * handed over, nor its messages carried on by an interrupt, should the session
- * reopen (a recoverable end). A run staged with its one message keeps its item: its
- * hand-off finds the run revoked.
+ * reopen (a recoverable end). So does a hand-off already attempted (the agent was
+ * down): its run is in D1, revoked. A run staged with its one message and never
+ * attempted keeps its item: it is not in D1 yet, and goes out if the session reopens.
  */
 export function dropEnded(ctx: RouterContext, sessionId: string): void {
   ctx.waiting.dropSession(sessionId);
@@ -257,6 +258,10 @@ export function dropEnded(ctx: RouterContext, sessionId: string): void {
   ctx.typing.sessionEnded(sessionId);
   for (const item of ctx.outbox.all("run")) {
     const work = item.payload;
-    if (work.sessionId === sessionId && work.messages && work.stage === "dispatch") ctx.outbox.complete(item.id);
+    // A hand-off already attempted has its run in D1, revoked by the end: it is owed no
+    // more, and would hold a reopened session's next message behind it until its retry.
+    const attempted = item.attempts > 0;
+    if (work.sessionId === sessionId && work.stage === "dispatch" && (work.messages || attempted))
+      ctx.outbox.complete(item.id);
   }
 }

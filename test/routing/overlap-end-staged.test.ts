@@ -66,3 +66,31 @@ for (const mode of ["interrupt", "queue"] as const) {
     ]);
   });
 }
+
+it("queue: an end drops a hand-off still being retried (its run is revoked); after the reopen the next message gets its own run", async () => {
+  useConfig(agentConfig({ HOOK_URLS: "" }));
+  // The agent takes "one" but answers 503 (it goes on working), then ends the session.
+  services = fakeServices((request) =>
+    request.json.message.text === "one" ? new Response("busy", { status: 503 }) : accepted(),
+  );
+  const chat = unique("chat");
+  const key = genericKey(chat);
+  const one = await send({ chat_id: chat, text: "one" });
+  await runAlarm(key);
+  const first = services.agentCalls()[0]!.json;
+  const sessionId = one.body.session_id as string;
+  const ended = await agentApi(`/v1/sessions/${sessionId}/end`, first.run_token, { reason: "agent_close" });
+  expect(ended.status).toBe(200);
+  const two = await send({ chat_id: chat, text: "two" });
+  expect(two.body).toMatchObject({ session_id: sessionId });
+  // "two" got a run of its own at once: the revoked run no longer holds the session.
+  expect((await userMessages(sessionId)).map((m) => [m.text, typeof m.run_id])).toEqual([
+    ["one", "string"],
+    ["two", "string"],
+  ]);
+  setNow(T0 + 10 * 60_000);
+  await runAlarm(key);
+  await router(key).drained();
+  // The revoked run's hand-off is not made again.
+  expect(carried()).toEqual([["one"], ["two"]]);
+});
