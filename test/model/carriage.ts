@@ -45,7 +45,15 @@ export function adoptStored(m: Model, runs: MRun[], rows: Map<string, D1Message>
   // hand-offs may still sit in the outbox: it may wait (the alarm then carries it).
   const keyRows = m.byKey[session.key]!;
   const replaced = keyRows.at(-1) === session ? keyRows.at(-2) : undefined;
-  const replacedBusy = !!replaced && m.runsOf(replaced).some((run) => UNFINISHED.has(run.state));
+  // So do its waiting messages (the gateway's "other messages already wait"), and a
+  // hand-off or a wait its end left behind, when that end was written by SQL unseen.
+  const replacedBusy =
+    !!replaced &&
+    m
+      .runsOf(replaced)
+      .some(
+        (run) => UNFINISHED.has(run.state) || ["limbo", "waiting", "waitEnded"].includes(run.state) || run.fromLimbo,
+      );
   let ownRuns = 0;
   for (const run of runs) {
     const row = rows.get(run.eventId);
