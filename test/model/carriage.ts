@@ -241,8 +241,12 @@ export function checkCarriage(m: Model, snap: Snapshot): void {
       const sqlEnded = model.state === "waitEnded" || model.state === "waiting";
       // A hand-off still in the outbox when its session ended never went out: recorded not dispatched.
       const neverOut = model.state === "limbo" && model.runId === null;
-      const mayDrop = neverOut || (sqlEnded && session.ends.some((end) => end.bySql));
-      if (mayDrop && droppedReasons(session).includes(row.not_dispatched)) {
+      // The session it waits in now: a rotation moves what waits to the continuation, whose end records it.
+      const waitsIn = m.sessions.get(model.sessionId) ?? session;
+      const endedBySql = [session, waitsIn].filter((s) => s.ends.some((end) => end.bySql));
+      const mayDrop = neverOut || (sqlEnded && endedBySql.length > 0);
+      const reasons = neverOut ? droppedReasons(session) : endedBySql.flatMap((s) => droppedReasons(s));
+      if (mayDrop && reasons.includes(row.not_dispatched)) {
         // Its outbox item may linger until the drain drops it: later messages may wait for it.
         model.fromLimbo = neverOut;
         model.state = "dropped";
