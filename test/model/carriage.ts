@@ -41,19 +41,20 @@ export function adoptStored(m: Model, runs: MRun[], rows: Map<string, D1Message>
     (run) => run.state === "limbo" || run.fromLimbo || (run.state === "accepted" && run.heardAt! + LEASE_MS <= m.now),
   );
   const waitedBefore = before.some((run) => run.state === "waiting");
-  // A message that starts a fresh session is judged against the row it replaced, whose
-  // hand-offs may still sit in the outbox: it may wait (the alarm then carries it).
+  // A message that starts a fresh session is judged against an earlier row of its key
+  // (the entry's, or after a forgotten entry the newest this object still has work
+  // for), whose hand-offs may still sit in the outbox: it may wait (the alarm then
+  // carries it). So do that row's waiting messages (the gateway's "other messages
+  // already wait"), and a hand-off or a wait its end left behind.
   const keyRows = m.byKey[session.key]!;
-  const replaced = keyRows.at(-1) === session ? keyRows.at(-2) : undefined;
-  // So do its waiting messages (the gateway's "other messages already wait"), and a
-  // hand-off or a wait its end left behind, when that end was written by SQL unseen.
-  const replacedBusy =
-    !!replaced &&
+  const earlier = keyRows.filter((row) => row !== session);
+  const replacedBusy = earlier.some((row) =>
     m
-      .runsOf(replaced)
+      .runsOf(row)
       .some(
         (run) => UNFINISHED.has(run.state) || ["limbo", "waiting", "waitEnded"].includes(run.state) || run.fromLimbo,
-      );
+      ),
+  );
   let ownRuns = 0;
   for (const run of runs) {
     const row = rows.get(run.eventId);
