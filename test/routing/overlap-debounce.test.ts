@@ -5,27 +5,22 @@
  * window join one run, and the alarm (armed by the alarm plan at the window's end)
  * dispatches it.
  */
-import { afterEach, beforeEach, describe, expect, it } from "vitest";
-import { T0, alarmOf, genericKey, restoreClock, router, runAlarm, send, setNow, unique, useConfig } from "../helpers";
-import { accepted, agentConfig, fakeServices, replyWith } from "../agent/support";
+import { describe, expect, it } from "vitest";
+import { T0, alarmOf, genericKey, router, runAlarm, send, setNow, unique, useConfig } from "../helpers";
+import { accepted, replyWith } from "../agent/support";
+import { type FakeServices, overlapHooks, overlapConfig, carriedBy } from "./overlap-support";
 
-let services: ReturnType<typeof fakeServices>;
+const fake = overlapHooks();
+let services: FakeServices;
 
-const debounce = (mode: string) => agentConfig({ HOOK_URLS: "", OVERLAP: JSON.stringify({ mode, debounce_ms: 1500 }) });
+const debounce = (mode: string) => overlapConfig({ OVERLAP: JSON.stringify({ mode, debounce_ms: 1500 }) });
 
-beforeEach(() => setNow(T0));
-afterEach(() => {
-  services?.restore();
-  restoreClock();
-  useConfig(null);
-});
-
-const callTexts = () => services.agentCalls().map((c) => (c.json.messages as { text: string }[]).map((m) => m.text));
+const callTexts = () => carriedBy(services);
 
 describe("debounce_ms (queue)", () => {
   it("the window's messages join one run, dispatched by the alarm once the window is quiet", async () => {
     useConfig(debounce("queue"));
-    services = fakeServices(() => replyWith("ok"));
+    services = fake(() => replyWith("ok"));
     const chat = unique("chat");
     const key = genericKey(chat);
     const first = await send({ chat_id: chat, text: "so" });
@@ -53,7 +48,7 @@ describe("debounce_ms (queue)", () => {
 describe("debounce_ms (concurrent)", () => {
   it("a window's messages join one run; the next window does not wait for an unfinished run", async () => {
     useConfig(debounce("concurrent"));
-    services = fakeServices(() => accepted());
+    services = fake(() => accepted());
     const chat = unique("chat");
     const key = genericKey(chat);
     await send({ chat_id: chat, text: "a" });

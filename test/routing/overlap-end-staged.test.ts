@@ -5,35 +5,20 @@
  * the agent, even when the session reopens (a recoverable end) and a new message
  * comes: neither an interrupt nor the queue carries them on. Found by the model test.
  */
-import { env } from "cloudflare:test";
-import { afterEach, beforeEach, expect, it } from "vitest";
-import { T0, genericKey, restoreClock, router, runAlarm, send, setNow, unique, useConfig } from "../helpers";
-import { accepted, agentApi, agentConfig, fakeServices } from "../agent/support";
+import { expect, it } from "vitest";
+import { T0, genericKey, router, runAlarm, send, setNow, unique, useConfig } from "../helpers";
+import { accepted, agentApi } from "../agent/support";
+import { type FakeServices, overlapHooks, overlapConfig, carriedBy, userMessages } from "./overlap-support";
 
-let services: ReturnType<typeof fakeServices>;
+const fake = overlapHooks();
+let services: FakeServices;
 
-beforeEach(() => setNow(T0));
-afterEach(() => {
-  services?.restore();
-  restoreClock();
-  useConfig(null);
-});
-
-const carried = () => services.agentCalls().map((c) => (c.json.messages as { text: string }[]).map((m) => m.text));
-
-async function userMessages(sessionId: string) {
-  const { results } = await env.DB.prepare(
-    `SELECT text, run_id, not_dispatched FROM messages WHERE session_id = ? AND role = 'user' ORDER BY seq`,
-  )
-    .bind(sessionId)
-    .all<{ text: string; run_id: string | null; not_dispatched: string | null }>();
-  return results;
-}
+const carried = () => carriedBy(services);
 
 for (const mode of ["interrupt", "queue"] as const) {
   it(`${mode}: an agent end drops the run staged for the waiting message; after the reopen it is never handed over`, async () => {
-    useConfig(agentConfig({ HOOK_URLS: "", OVERLAP: JSON.stringify({ mode }) }));
-    services = fakeServices(() => accepted());
+    useConfig(overlapConfig({ OVERLAP: JSON.stringify({ mode }) }));
+    services = fake(() => accepted());
     const chat = unique("chat");
     const key = genericKey(chat);
     // "one" is handed over and accepted (202); "two" waits behind it.
@@ -68,9 +53,9 @@ for (const mode of ["interrupt", "queue"] as const) {
 }
 
 it("queue: an end drops a hand-off still being retried (its run is revoked); after the reopen the next message gets its own run", async () => {
-  useConfig(agentConfig({ HOOK_URLS: "" }));
+  useConfig(overlapConfig());
   // The agent takes "one" but answers 503 (it goes on working), then ends the session.
-  services = fakeServices((request) =>
+  services = fake((request) =>
     request.json.message.text === "one" ? new Response("busy", { status: 503 }) : accepted(),
   );
   const chat = unique("chat");

@@ -6,41 +6,13 @@
  * worker's own fetch and the routing object's alarm, in `queue` mode (the default).
  */
 import { env } from "cloudflare:test";
-import { afterEach, beforeEach, describe, expect, it } from "vitest";
-import {
-  T0,
-  adminFetch,
-  genericKey,
-  restoreClock,
-  router,
-  runAlarm,
-  send,
-  setNow,
-  unique,
-  useConfig,
-} from "../helpers";
-import { accepted, agentApi, agentConfig, fakeServices, replyWith } from "../agent/support";
+import { describe, expect, it } from "vitest";
+import { T0, adminFetch, genericKey, router, runAlarm, send, setNow, unique } from "../helpers";
+import { accepted, agentApi, replyWith } from "../agent/support";
+import { type FakeServices, overlapHooks, answeredUserMessages } from "./overlap-support";
 
-let services: ReturnType<typeof fakeServices>;
-
-beforeEach(() => {
-  setNow(T0);
-  useConfig(agentConfig({ HOOK_URLS: "" }));
-});
-afterEach(() => {
-  services?.restore();
-  restoreClock();
-  useConfig(null);
-});
-
-async function userMessages(
-  sessionId: string,
-): Promise<{ text: string; run_id: string | null; not_dispatched: string | null }[]> {
-  const body = (await (await adminFetch(`/admin/sessions/${sessionId}`)).json()) as any;
-  return body.messages
-    .filter((m: any) => m.role === "user")
-    .map((m: any) => ({ text: m.text, run_id: m.run_id, not_dispatched: m.not_dispatched }));
-}
+const fake = overlapHooks({});
+let services: FakeServices;
 
 /** "one" handed to the agent (202), "two" and "three" waiting behind it. */
 async function waitingBehindAccepted(chat: string) {
@@ -77,11 +49,11 @@ const ends: [string, (chat: string, sessionId: string, run: any) => Promise<unkn
 describe("the end of a session with messages waiting", () => {
   for (const [what, end, reason, revoked] of ends) {
     it(`${what}: the waiting messages are recorded not dispatched (${reason}), never carried on`, async () => {
-      services = fakeServices(() => accepted());
+      services = fake(() => accepted());
       const chat = unique("chat");
       const { key, sessionId, run } = await waitingBehindAccepted(chat);
       await end(chat, sessionId, run);
-      expect(await userMessages(sessionId)).toEqual([
+      expect(await answeredUserMessages(sessionId)).toEqual([
         { text: "one", run_id: run.run_id, not_dispatched: null },
         { text: "two", run_id: null, not_dispatched: reason },
         { text: "three", run_id: null, not_dispatched: reason },
@@ -111,7 +83,7 @@ describe("the end of a session with messages waiting", () => {
 
   it("a run staged for waiting messages whose session ended before its hand-off is revoked, its messages not dispatched", async () => {
     // "one" is retried (agent down); "two" waits; /stop ends the session before any run carries "two".
-    services = fakeServices(() => new Response("down", { status: 503 }));
+    services = fake(() => new Response("down", { status: 503 }));
     const chat = unique("chat");
     const key = genericKey(chat);
     const one = await send({ chat_id: chat, text: "one" });
@@ -120,12 +92,12 @@ describe("the end of a session with messages waiting", () => {
     await send({ chat_id: chat, text: "two" });
     await send({ chat_id: chat, text: "/stop" });
     services.restore();
-    services = fakeServices(() => replyWith("answer"));
+    services = fake(() => replyWith("answer"));
     setNow(T0 + 60_000);
     await runAlarm(key);
     await router(key).drained();
     expect(services.agentCalls()).toEqual([]);
-    const messages = await userMessages(one.body.session_id);
+    const messages = await answeredUserMessages(one.body.session_id);
     expect(messages.map((m) => [m.text, m.not_dispatched])).toEqual([
       ["one", null],
       ["two", "stopped"],
@@ -137,7 +109,7 @@ describe("the end of a session with messages waiting", () => {
   });
 
   it("an end written by SQL: the waiting messages are recorded session_ended when the object next looks", async () => {
-    services = fakeServices(() => new Response("down", { status: 503 }));
+    services = fake(() => new Response("down", { status: 503 }));
     const chat = unique("chat");
     const key = genericKey(chat);
     const one = await send({ chat_id: chat, text: "one" });
@@ -148,13 +120,13 @@ describe("the end of a session with messages waiting", () => {
       .bind(T0 + 2, one.body.session_id)
       .run();
     services.restore();
-    services = fakeServices(() => replyWith("answer"));
+    services = fake(() => replyWith("answer"));
     setNow(T0 + 60_000);
     await runAlarm(key);
     await router(key).drained();
     await runAlarm(key);
     expect(services.agentCalls()).toEqual([]);
-    expect((await userMessages(one.body.session_id)).map((m) => [m.text, m.not_dispatched])).toEqual([
+    expect((await answeredUserMessages(one.body.session_id)).map((m) => [m.text, m.not_dispatched])).toEqual([
       ["one", null],
       ["two", "session_ended"],
     ]);

@@ -5,35 +5,16 @@
  * entry; a session never gets a second unfinished run. Found by the model-based test.
  */
 import { env } from "cloudflare:test";
-import { afterEach, beforeEach, expect, it } from "vitest";
-import {
-  T0,
-  adminFetch,
-  genericKey,
-  restoreClock,
-  router,
-  runAlarm,
-  send,
-  setNow,
-  unique,
-  useConfig,
-} from "../helpers";
-import { agentConfig, fakeServices, replyWith } from "../agent/support";
+import { expect, it } from "vitest";
+import { adminFetch, genericKey, router, runAlarm, send, unique } from "../helpers";
+import { replyWith } from "../agent/support";
+import { type FakeServices, overlapHooks } from "./overlap-support";
 
-let services: ReturnType<typeof fakeServices>;
-
-beforeEach(() => {
-  setNow(T0);
-  useConfig(agentConfig({ HOOK_URLS: "" }));
-});
-afterEach(() => {
-  services?.restore();
-  restoreClock();
-  useConfig(null);
-});
+const fake = overlapHooks({});
+let services: FakeServices;
 
 it("a message after a forgotten entry waits behind the run still in the outbox, then one run carries it", async () => {
-  services = fakeServices((request) => replyWith(`re ${request.json.messages.length}`));
+  services = fake((request) => replyWith(`re ${request.json.messages.length}`));
   const chat = unique("chat");
   const key = genericKey(chat);
   const one = await send({ chat_id: chat, text: "one" });

@@ -5,33 +5,16 @@
  * `session.is_new`). With `debounce_ms` every message waits, so the alarm dispatches
  * the run with no entry, or with one rebuilt from D1. Found by the model-based test.
  */
-import { afterEach, beforeEach, expect, it } from "vitest";
-import {
-  HOUR,
-  T0,
-  adminFetch,
-  genericKey,
-  restoreClock,
-  router,
-  runAlarm,
-  send,
-  setNow,
-  unique,
-  useConfig,
-} from "../helpers";
-import { agentConfig, fakeServices, replyWith } from "../agent/support";
+import { beforeEach, expect, it } from "vitest";
+import { HOUR, T0, adminFetch, genericKey, router, runAlarm, send, setNow, unique } from "../helpers";
+import { replyWith } from "../agent/support";
+import { type FakeServices, overlapHooks } from "./overlap-support";
 
-let services: ReturnType<typeof fakeServices>;
+const fake = overlapHooks({ OVERLAP: JSON.stringify({ mode: "queue", debounce_ms: 1500 }) });
+let services: FakeServices;
 
 beforeEach(() => {
-  setNow(T0);
-  useConfig(agentConfig({ HOOK_URLS: "", OVERLAP: JSON.stringify({ mode: "queue", debounce_ms: 1500 }) }));
-  services = fakeServices(() => replyWith("ok"));
-});
-afterEach(() => {
-  services.restore();
-  restoreClock();
-  useConfig(null);
+  services = fake(() => replyWith("ok"));
 });
 
 async function forget(key: string): Promise<void> {

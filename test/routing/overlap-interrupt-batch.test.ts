@@ -6,52 +6,22 @@
  * even when the first run fails for good. Found by the model-based test.
  */
 import { env } from "cloudflare:test";
-import { afterEach, beforeEach, expect, it } from "vitest";
-import {
-  T0,
-  adminFetch,
-  genericKey,
-  restoreClock,
-  router,
-  runAlarm,
-  send,
-  setNow,
-  unique,
-  useConfig,
-} from "../helpers";
-import { agentConfig, fakeServices, replyWith } from "../agent/support";
+import { expect, it } from "vitest";
+import { T0, adminFetch, genericKey, router, runAlarm, send, setNow, unique, useConfig } from "../helpers";
+import { replyWith } from "../agent/support";
+import { type FakeServices, overlapHooks, overlapConfig, carriedBy, userMessages } from "./overlap-support";
 
-let services: ReturnType<typeof fakeServices>;
+const fake = overlapHooks({ OVERLAP: JSON.stringify({ mode: "interrupt", max_batch: 2, debounce_ms: 1_000 }) });
+let services: FakeServices;
 
-beforeEach(() => {
-  setNow(T0);
-  useConfig(
-    agentConfig({ HOOK_URLS: "", OVERLAP: JSON.stringify({ mode: "interrupt", max_batch: 2, debounce_ms: 1_000 }) }),
-  );
-});
-afterEach(() => {
-  services?.restore();
-  restoreClock();
-  useConfig(null);
-});
-
-const carried = () => services.agentCalls().map((c) => (c.json.messages as { text: string }[]).map((m) => m.text));
-
-async function userMessages(sessionId: string) {
-  const { results } = await env.DB.prepare(
-    `SELECT text, run_id, not_dispatched FROM messages WHERE session_id = ? AND role = 'user' ORDER BY seq`,
-  )
-    .bind(sessionId)
-    .all<{ text: string; run_id: string | null; not_dispatched: string | null }>();
-  return results;
-}
+const carried = () => carriedBy(services);
 
 for (const [outcome, answer] of [
   ["refuses each run (400, failed for good)", () => new Response("no", { status: 400 })],
   ["answers each run", () => replyWith("ok")],
 ] as const) {
   it(`the agent ${outcome}: the leftover message gets a run of its own, the first run is not revoked`, async () => {
-    services = fakeServices(answer);
+    services = fake(answer);
     const chat = unique("chat");
     const key = `${genericKey(chat, "group")}:u1`;
     const one = await send({ chat_id: chat, chat_type: "group", text: "one" });
@@ -74,8 +44,8 @@ for (const [outcome, answer] of [
 }
 
 it("behind a hand-off of an ended session: no message is carried by a second run after its first failed", async () => {
-  useConfig(agentConfig({ HOOK_URLS: "", OVERLAP: JSON.stringify({ mode: "interrupt", max_batch: 2 }) }));
-  services = fakeServices(() => new Response("no", { status: 400 }));
+  useConfig(overlapConfig({ OVERLAP: JSON.stringify({ mode: "interrupt", max_batch: 2 }) }));
+  services = fake(() => new Response("no", { status: 400 }));
   const chat = unique("chat");
   const key = `${genericKey(chat, "group")}:u1`;
   const first = await send({ chat_id: chat, chat_type: "group", text: "before" });

@@ -7,38 +7,15 @@
  * message (as in `queue` mode); the alarm carries the interrupt out.
  */
 import { env } from "cloudflare:test";
-import { afterEach, beforeEach, describe, expect, it } from "vitest";
-import {
-  T0,
-  adminFetch,
-  alarmOf,
-  genericKey,
-  messagesOf,
-  restoreClock,
-  router,
-  runAlarm,
-  send,
-  setNow,
-  unique,
-  useConfig,
-} from "../helpers";
-import { accepted, agentApi, agentConfig, fakeServices, replyWith } from "../agent/support";
+import { describe, expect, it } from "vitest";
+import { T0, adminFetch, alarmOf, genericKey, messagesOf, router, runAlarm, send, setNow, unique } from "../helpers";
+import { accepted, agentApi, replyWith } from "../agent/support";
+import { type FakeServices, overlapHooks, carriedBy } from "./overlap-support";
 
-let services: ReturnType<typeof fakeServices>;
+const fake = overlapHooks({ OVERLAP: JSON.stringify({ mode: "interrupt" }) });
+let services: FakeServices;
 
-const INTERRUPT = { HOOK_URLS: "", OVERLAP: JSON.stringify({ mode: "interrupt" }) };
-
-beforeEach(() => {
-  setNow(T0);
-  useConfig(agentConfig(INTERRUPT));
-});
-afterEach(() => {
-  services?.restore();
-  restoreClock();
-  useConfig(null);
-});
-
-const callTexts = () => services.agentCalls().map((c) => (c.json.messages as { text: string }[]).map((m) => m.text));
+const callTexts = () => carriedBy(services);
 
 async function runOf(runId: string) {
   return env.DB.prepare(`SELECT revoked_reason, finished_at FROM runs WHERE id = ?`).bind(runId).first<any>();
@@ -46,7 +23,7 @@ async function runOf(runId: string) {
 
 describe("interrupt: the agent accepted the run (202)", () => {
   it("revokes it as superseded; one new run carries its message and the new one; its late reply gets 409", async () => {
-    services = fakeServices((request) => (request.json.messages.length === 1 ? accepted() : replyWith("to both")));
+    services = fake((request) => (request.json.messages.length === 1 ? accepted() : replyWith("to both")));
     const chat = unique("chat");
     const key = genericKey(chat);
     const one = await send({ chat_id: chat, text: "one" });
@@ -96,7 +73,7 @@ describe("interrupt: the agent is slow (a 200 already on its way)", () => {
     const released = new Promise<void>((resolve) => (release = resolve));
     let reached!: () => void;
     const called = new Promise<void>((resolve) => (reached = resolve));
-    services = fakeServices(async (request) => {
+    services = fake(async (request) => {
       if (request.json.messages.length === 1) {
         reached();
         await released;
@@ -131,7 +108,7 @@ describe("interrupt: the agent is slow (a 200 already on its way)", () => {
 describe("interrupt: the agent is down (503), then up", () => {
   it("the retried run is replaced by one carrying both messages", async () => {
     let up = false;
-    services = fakeServices(() => (up ? replyWith("to both") : new Response("down", { status: 503 })));
+    services = fake(() => (up ? replyWith("to both") : new Response("down", { status: 503 })));
     const chat = unique("chat");
     const key = genericKey(chat);
     const one = await send({ chat_id: chat, text: "one" });
@@ -150,7 +127,7 @@ describe("interrupt: the agent is down (503), then up", () => {
 
 describe("interrupt: nothing unfinished", () => {
   it("a run that failed for good (4xx) is not revoked: the next message gets its own run", async () => {
-    services = fakeServices((request) =>
+    services = fake((request) =>
       request.json.message.text === "bad" ? new Response("no", { status: 400 }) : replyWith("fine"),
     );
     const chat = unique("chat");

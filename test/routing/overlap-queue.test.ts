@@ -7,14 +7,13 @@
  * the agent fast, slow, down, answering 202 then through the API, and failing for good.
  */
 import { env, runInDurableObject } from "cloudflare:test";
-import { afterEach, beforeEach, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import {
   MINUTE,
   T0,
   adminFetch,
   genericKey,
   messagesOf,
-  restoreClock,
   router,
   runAlarm,
   send,
@@ -25,24 +24,11 @@ import {
 } from "../helpers";
 import { RUN_LEASE_MS } from "../../src/domain/turn-hold";
 import { SessionRouter } from "../../src/routing/router";
-import { accepted, agentApi, agentConfig, fakeServices, replyWith } from "../agent/support";
+import { accepted, agentApi, replyWith } from "../agent/support";
+import { type FakeServices, overlapHooks, overlapConfig, carriedBy, sessionAnswer } from "./overlap-support";
 
-let services: ReturnType<typeof fakeServices>;
-
-beforeEach(() => {
-  setNow(T0);
-  useConfig(agentConfig({ HOOK_URLS: "" }));
-});
-afterEach(() => {
-  services?.restore();
-  restoreClock();
-  useConfig(null);
-});
-
-/** The session answer's messages and runs. */
-async function sessionAnswer(sessionId: string): Promise<{ messages: any[]; runs: any[] }> {
-  return (await (await adminFetch(`/admin/sessions/${sessionId}`)).json()) as any;
-}
+const fake = overlapHooks({});
+let services: FakeServices;
 
 /** Each user message's text with the texts its run carries (null while it waits). */
 async function carriedTexts(sessionId: string): Promise<[string, string[] | null, string | null][]> {
@@ -67,11 +53,11 @@ async function carriedTexts(sessionId: string): Promise<[string, string[] | null
     });
 }
 
-const callTexts = () => services.agentCalls().map((c) => (c.json.messages as { text: string }[]).map((m) => m.text));
+const callTexts = () => carriedBy(services);
 
 describe("queue: the agent answers at once (fast)", () => {
   it("one run carries every message that waited, oldest first, message the newest; every reply delivered", async () => {
-    services = fakeServices((request) => replyWith(`re: ${request.json.message.text}`));
+    services = fake((request) => replyWith(`re: ${request.json.message.text}`));
     const chat = unique("chat");
     const key = genericKey(chat);
     const one = await send({ chat_id: chat, text: "one" });
@@ -111,7 +97,7 @@ describe("queue: the agent answers at once (fast)", () => {
   });
 
   it("a platform's resend of a waiting message is a duplicate, and the message still gets its run", async () => {
-    services = fakeServices((request) => replyWith(`re: ${request.json.message.text}`));
+    services = fake((request) => replyWith(`re: ${request.json.message.text}`));
     const chat = unique("chat");
     const key = genericKey(chat);
     await send({ chat_id: chat, text: "one" });
@@ -124,8 +110,8 @@ describe("queue: the agent answers at once (fast)", () => {
   });
 
   it("at most max_batch messages a run; the rest wait for the next", async () => {
-    useConfig(agentConfig({ HOOK_URLS: "", OVERLAP: JSON.stringify({ max_batch: 2 }) }));
-    services = fakeServices(() => replyWith("ok"));
+    useConfig(overlapConfig({ OVERLAP: JSON.stringify({ max_batch: 2 }) }));
+    services = fake(() => replyWith("ok"));
     const chat = unique("chat");
     const key = genericKey(chat);
     for (const [i, text] of ["a", "b", "c", "d", "e"].entries()) {
@@ -144,7 +130,7 @@ describe("queue: the agent is slow (a hand-off in flight)", () => {
     const released = new Promise<void>((resolve) => (release = resolve));
     let reached!: () => void;
     const called = new Promise<void>((resolve) => (reached = resolve));
-    services = fakeServices(async (request) => {
+    services = fake(async (request) => {
       if (request.json.message.text === "slow") {
         reached();
         await released;
@@ -171,7 +157,7 @@ describe("queue: the agent is slow (a hand-off in flight)", () => {
 describe("queue: the agent is down (503), then up", () => {
   it("waiting messages stay behind the retried run, and the session is held past its deadline (invariant 6)", async () => {
     let up = false;
-    services = fakeServices((request) =>
+    services = fake((request) =>
       up ? replyWith(`re: ${request.json.message.text}`) : new Response("down", { status: 503 }),
     );
     const chat = unique("chat");
@@ -200,7 +186,7 @@ describe("queue: the agent is down (503), then up", () => {
 
 describe("queue: the agent accepts (202) and replies through the run API", () => {
   it("messages wait until the accepted run's reply; then one run carries them", async () => {
-    services = fakeServices(() => accepted());
+    services = fake(() => accepted());
     const chat = unique("chat");
     const key = genericKey(chat);
     const one = await send({ chat_id: chat, text: "one" });
@@ -242,7 +228,7 @@ describe("queue: the agent accepts (202) and replies through the run API", () =>
   it("a 202 that comes after the run already finished changes nothing: the next message is not held behind it", async () => {
     // A hand-off repeated after a restart: the agent replied to the first attempt
     // through the API, then answers the repeat with 202.
-    services = fakeServices(async (request) => {
+    services = fake(async (request) => {
       if (request.json.message.text !== "one") return replyWith(`re: ${request.json.message.text}`);
       await agentApi(`/v1/runs/${request.json.run_id}/reply`, request.json.run_token, { text: "to one" });
       return accepted();
@@ -273,7 +259,7 @@ describe("queue: the agent accepts (202) and replies through the run API", () =>
 
   it("a reply through the API while the run's hand-off is being retried ends that hand-off: the next message gets its own run", async () => {
     // The agent took the hand-off but answered 503; it then replies through the run API.
-    services = fakeServices((request) =>
+    services = fake((request) =>
       request.json.message.text === "one" ? new Response("busy", { status: 503 }) : replyWith("re: two"),
     );
     const chat = unique("chat");
@@ -300,7 +286,7 @@ describe("queue: the agent accepts (202) and replies through the run API", () =>
   });
 
   it("an accepted run whose lease lapses hands the waiting messages on; the session is not reaped", async () => {
-    services = fakeServices(() => accepted());
+    services = fake(() => accepted());
     const chat = unique("chat");
     const key = genericKey(chat);
     const one = await send({ chat_id: chat, text: "one" });
@@ -317,8 +303,8 @@ describe("queue: the agent accepts (202) and replies through the run API", () =>
 
 describe("queue: expiry waits for the waiting messages too (invariant 6)", () => {
   it("an accepted run gone silent past the deadline: the message behind it is handed over, not dropped", async () => {
-    useConfig(agentConfig({ HOOK_URLS: "", SESSION_RESET: JSON.stringify({ mode: "idle", idle_minutes: 5 }) }));
-    services = fakeServices((request) =>
+    useConfig(overlapConfig({ SESSION_RESET: JSON.stringify({ mode: "idle", idle_minutes: 5 }) }));
+    services = fake((request) =>
       request.json.message.text === "one" ? accepted() : replyWith(`re: ${request.json.message.text}`),
     );
     const chat = unique("chat");
@@ -340,7 +326,7 @@ describe("queue: expiry waits for the waiting messages too (invariant 6)", () =>
 
 describe("queue: a rotation while messages wait", () => {
   it("a message that waited in the parent and then the continuation ended is recorded not dispatched, where it is stored", async () => {
-    services = fakeServices(() => accepted());
+    services = fake(() => accepted());
     const chat = unique("chat");
     const key = genericKey(chat);
     const one = await send({ chat_id: chat, text: "one" });
@@ -368,7 +354,7 @@ describe("queue: a rotation while messages wait", () => {
   });
 
   it("what waited in the parent is carried by the continuation's next run", async () => {
-    services = fakeServices((request) => (request.json.message.text === "one" ? accepted() : replyWith("re: two")));
+    services = fake((request) => (request.json.message.text === "one" ? accepted() : replyWith("re: two")));
     const chat = unique("chat");
     const key = genericKey(chat);
     const one = await send({ chat_id: chat, text: "one" });
@@ -396,7 +382,7 @@ describe("queue: a rotation while messages wait", () => {
 
 describe("queue: the agent fails for good (4xx)", () => {
   it("the failed run is over: what waited gets its run", async () => {
-    services = fakeServices((request) =>
+    services = fake((request) =>
       request.json.message.text === "bad" ? new Response("no", { status: 400 }) : replyWith("fine"),
     );
     const chat = unique("chat");
@@ -414,7 +400,7 @@ describe("queue: the agent fails for good (4xx)", () => {
 
   it("an operator retry of a failed run that carried several messages hands all of them over again", async () => {
     let failing = true;
-    services = fakeServices((request) =>
+    services = fake((request) =>
       failing && request.json.messages.length > 1 ? new Response("no", { status: 400 }) : replyWith("ok"),
     );
     const chat = unique("chat");
@@ -445,7 +431,7 @@ describe("queue: the agent fails for good (4xx)", () => {
 
 describe("waiting messages survive a restart of the routing object", () => {
   it("a fresh instance over the same storage hands them over, in one run", async () => {
-    services = fakeServices(() => replyWith("ok"));
+    services = fake(() => replyWith("ok"));
     const chat = unique("chat");
     const key = genericKey(chat);
     const one = await send({ chat_id: chat, text: "one" });
@@ -468,7 +454,7 @@ describe("waiting messages survive a restart of the routing object", () => {
   });
 
   it("a run staged for waiting messages before the restart is handed over by the fresh instance", async () => {
-    services = fakeServices((request) => (request.json.message.text === "one" ? accepted() : replyWith("ok")));
+    services = fake((request) => (request.json.message.text === "one" ? accepted() : replyWith("ok")));
     const chat = unique("chat");
     const key = genericKey(chat);
     const one = await send({ chat_id: chat, text: "one" });
@@ -492,7 +478,7 @@ describe("waiting messages survive a restart of the routing object", () => {
   });
 
   it("a message staged to wait whose batch never reached D1 is dropped, not handed over", async () => {
-    services = fakeServices(() => replyWith("ok"));
+    services = fake(() => replyWith("ok"));
     const chat = unique("chat");
     const key = genericKey(chat);
     const one = await send({ chat_id: chat, text: "one" });
@@ -519,7 +505,7 @@ describe("waiting messages survive a restart of the routing object", () => {
 
 describe("explain", () => {
   it("counts the messages waiting", async () => {
-    services = fakeServices(() => replyWith("ok"));
+    services = fake(() => replyWith("ok"));
     const chat = unique("chat");
     const key = genericKey(chat);
     await send({ chat_id: chat, text: "one" });

@@ -1,0 +1,67 @@
+/**
+ * Set-up shared by the overlap tests (`overlap-*.test.ts`): the clock and the agent
+ * config around each test, the fake agent and reply URL it talks to, and what the
+ * tests read back (which messages each hand-off carried, each user message's run or
+ * reason for not being dispatched).
+ */
+import { env } from "cloudflare:test";
+import { afterEach, beforeEach } from "vitest";
+import { T0, adminFetch, restoreClock, setNow, useConfig } from "../helpers";
+import { agentConfig, fakeServices } from "../agent/support";
+
+export type FakeServices = ReturnType<typeof fakeServices>;
+
+/**
+ * Registers the hooks of an overlap test file: before each test the clock at T0 and,
+ * when `overrides` is given, the agent config with them (no hooks); after it the fake
+ * services restored, the clock and config reset. Returns `fake`, which makes a test's
+ * fake agent (and reply URL) and remembers it for that reset.
+ */
+export function overlapHooks(
+  overrides?: Record<string, string>,
+): (agent: Parameters<typeof fakeServices>[0]) => FakeServices {
+  let current: FakeServices | undefined;
+  beforeEach(() => {
+    setNow(T0);
+    if (overrides) useConfig(overlapConfig(overrides));
+  });
+  afterEach(() => {
+    current?.restore();
+    current = undefined;
+    restoreClock();
+    useConfig(null);
+  });
+  return (agent) => (current = fakeServices(agent));
+}
+
+/** The agent config of the overlap tests: no hooks, and `overrides` (an `OVERLAP`, mostly). */
+export const overlapConfig = (overrides: Record<string, string> = {}) => agentConfig({ HOOK_URLS: "", ...overrides });
+
+/** The texts of the messages each hand-off to the agent carried, in order. */
+export const carriedBy = (services: FakeServices): string[][] =>
+  services.agentCalls().map((c) => (c.json.messages as { text: string }[]).map((m) => m.text));
+
+export type UserMessage = { text: string; run_id: string | null; not_dispatched: string | null };
+
+/** A session's user messages as D1 holds them, oldest first. */
+export async function userMessages(sessionId: string): Promise<UserMessage[]> {
+  const { results } = await env.DB.prepare(
+    `SELECT text, run_id, not_dispatched FROM messages WHERE session_id = ? AND role = 'user' ORDER BY seq`,
+  )
+    .bind(sessionId)
+    .all<UserMessage>();
+  return results;
+}
+
+/** The session answer of `GET /admin/sessions/{id}`: its messages and runs. */
+export async function sessionAnswer(sessionId: string): Promise<{ messages: any[]; runs: any[] }> {
+  return (await (await adminFetch(`/admin/sessions/${sessionId}`)).json()) as any;
+}
+
+/** A session's user messages as the session answer shows them, oldest first. */
+export async function answeredUserMessages(sessionId: string): Promise<UserMessage[]> {
+  const { messages } = await sessionAnswer(sessionId);
+  return messages
+    .filter((m) => m.role === "user")
+    .map((m) => ({ text: m.text, run_id: m.run_id, not_dispatched: m.not_dispatched }));
+}
