@@ -92,9 +92,11 @@ export class Queue {
     const sessions = [...new Set(waiting.all().map((row) => row.sessionId))];
     for (const sessionId of sessions) {
       for (const runId of waiting.accepted(sessionId)) {
-        const [runs] = await db.batch(selectRun(db, runId));
+        const runs = await this.readAccepted(runId);
         const run = runs[0];
         if (!run || !isOpenRun(run) || leaseUntil(run) <= now) waiting.over(runId);
+        // Still heard from (heartbeats): the alarm looks again when this lease ends.
+        else waiting.heardUntil(runId, leaseUntil(run));
       }
       const quietAt = this.quietAt(sessionId);
       if (quietAt !== null && now < quietAt) continue;
@@ -105,11 +107,28 @@ export class Queue {
     }
   }
 
+  /** An accepted run's row, counting failures to read it for the backoff of the next look. */
+  private async readAccepted(runId: string) {
+    const { db } = this.ctx;
+    try {
+      const [runs] = await db.batch(selectRun(db, runId));
+      this.leaseLookFailures = 0;
+      return runs;
+    } catch (error) {
+      this.leaseLookFailures += 1;
+      throw error;
+    }
+  }
+
+  private leaseLookFailures = 0;
+
   /**
    * When waiting messages are due for their run, for the alarm plan: now, while a
    * session in `interrupt` mode has a message waiting behind an unfinished run (the
    * webhook's path only stores it; the alarm carries the interrupt out, so the
-   * webhook costs what it always did). Backs off while the interrupt fails (D1 down).
+   * webhook costs what it always did); and when the lease of the accepted run they
+   * wait behind ends (a silent agent's run is over then, and nothing else may wake
+   * the object: the entry may be forgotten). Backs off while D1 cannot be read.
    */
   dueAt(now: number): number | null {
     const { waiting } = this.ctx;
@@ -120,11 +139,19 @@ export class Queue {
     for (const id of new Set(rows.map((row) => row.sessionId))) {
       const mode = this.modeOf(id, rows);
       const quietAt = this.quietAt(id, rows);
-      // queue: behind an unfinished run, the run's end (not the clock) dispatches what waits.
+      // queue: behind an unfinished run, the run's end dispatches what waits: a hand-off's
+      // outcome, or an accepted run's reply or lease lapse (the clock: the alarm looks then).
       // interrupt: the same for messages left behind by max_batch (they do not interrupt).
-      const unfinished = mode !== "concurrent" && this.unfinishedIn(id);
+      const holds = mode === "concurrent" ? null : waiting.holds(id);
+      const unfinished = holds !== null && (holds.staged || holds.leaseEnd !== null);
       const interrupts = unfinished && mode === "interrupt" && waiting.arrivedSinceDispatch(id);
-      if (unfinished && !interrupts) continue;
+      if (unfinished && !interrupts) {
+        if (!holds.staged && holds.leaseEnd !== null)
+          due.push(
+            Math.max(holds.leaseEnd, this.leaseLookFailures === 0 ? 0 : now + backoffDelay(this.leaseLookFailures)),
+          );
+        continue;
+      }
       if (interrupts)
         due.push(
           Math.max(quietAt ?? now, now + (this.interruptFailures === 0 ? 0 : backoffDelay(this.interruptFailures))),

@@ -216,7 +216,7 @@ export class Settlement {
     const heard = markRunAccepted(runId, now);
     // Unfinished until its reply, revocation or lease lapse: messages arriving meanwhile
     // wait (queue mode). Recorded before the batch, so a restart after it still holds them.
-    this.ctx.waiting.accept(runId, sessionId, carried);
+    this.ctx.waiting.accept(runId, sessionId, carried, now + RUN_LEASE_MS);
     let changed: number;
     if (!entry.isLive(sessionId)) [changed] = await db.batch(heard);
     else {

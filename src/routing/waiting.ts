@@ -6,7 +6,8 @@
  *   before the D1 batch that stores the message and confirmed once D1 has it;
  * - `overlap_accepted`: runs the agent accepted (202) and has not finished, which
  *   keep later messages waiting in `queue` mode (a run still in the outbox does so
- *   by its outbox item).
+ *   by its outbox item), each with when its lease ends as last read: the alarm comes
+ *   then, so what waits goes on once the run falls silent, entry or no entry.
  * - `overlap_marks`: per session, the newest waiting row (its seq) when a run was
  *   last dispatched from the list: what waits at or below it was left behind by
  *   `max_batch`, not sent while that run was unfinished, so it does not interrupt it.
@@ -40,9 +41,14 @@ export class WaitingRoom {
     sql.exec(`CREATE TABLE IF NOT EXISTS overlap_waiting (
       seq INTEGER PRIMARY KEY AUTOINCREMENT, event_id TEXT NOT NULL UNIQUE, session_id TEXT NOT NULL,
       stored_in TEXT NOT NULL, received_at INTEGER NOT NULL, message TEXT NOT NULL, confirmed INTEGER NOT NULL DEFAULT 0)`);
-    sql.exec(
-      `CREATE TABLE IF NOT EXISTS overlap_accepted (run_id TEXT PRIMARY KEY, session_id TEXT NOT NULL, messages TEXT NOT NULL)`,
-    );
+    sql.exec(`CREATE TABLE IF NOT EXISTS overlap_accepted (
+      run_id TEXT PRIMARY KEY, session_id TEXT NOT NULL, messages TEXT NOT NULL, lease_until INTEGER)`);
+    try {
+      sql.exec(`SELECT lease_until FROM overlap_accepted LIMIT 0`);
+    } catch {
+      // Accepted runs recorded before `lease_until` existed: null, so the next alarm looks at each.
+      sql.exec(`ALTER TABLE overlap_accepted ADD COLUMN lease_until INTEGER`);
+    }
     sql.exec(`CREATE TABLE IF NOT EXISTS overlap_marks (session_id TEXT PRIMARY KEY, seq INTEGER NOT NULL)`);
   }
 
@@ -141,15 +147,21 @@ export class WaitingRoom {
     metered(this.sql, `UPDATE overlap_marks SET session_id = ? WHERE session_id = ?`, to, from);
   }
 
-  /** The agent accepted `runId` (202): it is unfinished until its reply, revocation or lease lapse. */
-  accept(runId: string, sessionId: string, messages: readonly RoutedMessage[]): void {
+  /** The agent accepted `runId` (202): it is unfinished until its reply, revocation or lease lapse (`leaseUntil`). */
+  accept(runId: string, sessionId: string, messages: readonly RoutedMessage[], leaseUntil: number): void {
     metered(
       this.sql,
-      `INSERT OR REPLACE INTO overlap_accepted (run_id, session_id, messages) VALUES (?, ?, ?)`,
+      `INSERT OR REPLACE INTO overlap_accepted (run_id, session_id, messages, lease_until) VALUES (?, ?, ?, ?)`,
       runId,
       sessionId,
       JSON.stringify(messages),
+      leaseUntil,
     );
+  }
+
+  /** The accepted run is still open in D1, its lease (heartbeats) running to `leaseUntil`. */
+  heardUntil(runId: string, leaseUntil: number): void {
+    metered(this.sql, `UPDATE overlap_accepted SET lease_until = ? WHERE run_id = ?`, leaseUntil, runId);
   }
 
   /** The messages an accepted run carries (an interrupt hands them to the run that replaces it). */
@@ -186,6 +198,21 @@ export class WaitingRoom {
       orWaiting ? 1 : 0,
     );
     return row?.busy === 1;
+  }
+
+  /**
+   * What holds `sessionId`'s waiting messages back: a hand-off in the outbox (its
+   * outcome pumps them), and the earliest lease end of its accepted runs (null: none;
+   * 0 for a run whose lease was never recorded). One statement, as `busy`.
+   */
+  holds(sessionId: string): { staged: boolean; leaseEnd: number | null } {
+    const [row] = metered<{ staged: number; lease_end: number | null }>(
+      this.sql,
+      `SELECT EXISTS (SELECT 1 FROM outbox WHERE kind = 'run' AND session_id = ?1) AS staged,
+          (SELECT MIN(COALESCE(lease_until, 0)) FROM overlap_accepted WHERE session_id = ?1) AS lease_end`,
+      sessionId,
+    );
+    return { staged: row?.staged === 1, leaseEnd: row?.lease_end ?? null };
   }
 
   /** The session of some accepted run believed unfinished, if any. */

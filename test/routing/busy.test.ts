@@ -2,7 +2,9 @@
  * Whether a session is busy (WaitingRoom.busy), the one read that decides on every
  * message in `queue` mode whether it waits: a hand-off in the outbox names its
  * session in the outbox's `session_id` column, kept by every write of the item and
- * filled in for an outbox written before the column existed.
+ * filled in for an outbox written before the column existed. And what holds a
+ * session's waiting messages back (WaitingRoom.holds), which the alarm plan reads:
+ * a hand-off in the outbox, or the earliest lease end of its accepted runs.
  */
 import { runInDurableObject } from "cloudflare:test";
 import { afterEach, beforeEach, expect, it } from "vitest";
@@ -47,7 +49,7 @@ it("a hand-off keeps its session busy until it leaves the outbox, under the sess
 it("an accepted run, and with orWaiting a waiting message, make the session busy", async () => {
   await runInDurableObject(router(unique("busy-key")), async (_instance, state) => {
     const room = new WaitingRoom(state.storage.sql);
-    room.accept("run_2", "ses_d", []);
+    room.accept("run_2", "ses_d", [], T0 + 1000);
     expect(room.busy("ses_d", false)).toBe(true);
     room.over("run_2");
     expect(room.busy("ses_d", true)).toBe(false);
@@ -73,5 +75,40 @@ it("an outbox written before the session column existed learns the sessions of i
     );
     new OutboxTable(sql);
     expect(new WaitingRoom(sql).busy("ses_old", false)).toBe(true);
+  });
+});
+
+it("holds: a staged hand-off, and the earliest lease end of the session's accepted runs, kept up by heartbeats", async () => {
+  await runInDurableObject(router(unique("busy-key")), async (_instance, state) => {
+    const table = new OutboxTable(state.storage.sql);
+    const room = new WaitingRoom(state.storage.sql);
+    expect(room.holds("ses_e")).toEqual({ staged: false, leaseEnd: null });
+    room.accept("run_3", "ses_e", [], T0 + 600_000);
+    room.accept("run_4", "ses_e", [], T0 + 300_000);
+    room.accept("run_5", "ses_f", [], T0 + 100_000);
+    expect(room.holds("ses_e")).toEqual({ staged: false, leaseEnd: T0 + 300_000 });
+    // A heartbeat moved run_4's lease on: the earliest end is run_3's now.
+    room.heardUntil("run_4", T0 + 900_000);
+    expect(room.holds("ses_e")).toEqual({ staged: false, leaseEnd: T0 + 600_000 });
+    table.add(runItem("run_6", "ses_e"));
+    expect(room.holds("ses_e")).toEqual({ staged: true, leaseEnd: T0 + 600_000 });
+    room.over("run_3");
+    room.over("run_4");
+    table.delete("run_6");
+    expect(room.holds("ses_e")).toEqual({ staged: false, leaseEnd: null });
+  });
+});
+
+it("accepted runs recorded before the lease column existed are due at once, so the alarm looks at each", async () => {
+  await runInDurableObject(router(unique("busy-key")), async (_instance, state) => {
+    const sql = state.storage.sql;
+    sql.exec(`DROP TABLE IF EXISTS overlap_accepted`);
+    sql.exec(
+      `CREATE TABLE overlap_accepted (run_id TEXT PRIMARY KEY, session_id TEXT NOT NULL, messages TEXT NOT NULL)`,
+    );
+    sql.exec(`INSERT INTO overlap_accepted (run_id, session_id, messages) VALUES ('run_old', 'ses_old', '[]')`);
+    const room = new WaitingRoom(sql);
+    expect(room.holds("ses_old")).toEqual({ staged: false, leaseEnd: 0 });
+    expect(room.busy("ses_old", false)).toBe(true);
   });
 });

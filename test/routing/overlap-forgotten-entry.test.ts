@@ -2,13 +2,16 @@
  * OVERLAP `queue` after the routing entry is forgotten (`DELETE /admin/routes/{key}`,
  * spec "Overlapping messages", invariant 11): the next message resolves its session
  * from D1, and while a run of that session is still unfinished it waits, as with the
- * entry; a session never gets a second unfinished run. Found by the model-based test.
+ * entry; a session never gets a second unfinished run. And a run accepted (202) that
+ * falls silent still lets what waits behind it go once its lease lapses, with no
+ * entry left to wake the object. Found by the model-based test.
  */
 import { env } from "cloudflare:test";
 import { expect, it } from "vitest";
-import { adminFetch, genericKey, router, runAlarm, send, unique } from "../helpers";
-import { replyWith } from "../agent/support";
-import { type FakeServices, overlapHooks } from "./overlap-support";
+import { MINUTE, T0, adminFetch, alarmOf, genericKey, router, runAlarm, send, setNow, unique } from "../helpers";
+import { RUN_LEASE_MS } from "../../src/domain/turn-hold";
+import { accepted, agentApi, replyWith } from "../agent/support";
+import { type FakeServices, carriedBy, overlapHooks, userMessages } from "./overlap-support";
 
 const fake = overlapHooks({});
 let services: FakeServices;
@@ -34,4 +37,53 @@ it("a message after a forgotten entry waits behind the run still in the outbox, 
   await runAlarm(key);
   const carried = services.agentCalls().map((c) => (c.json.messages as { text: string }[]).map((m) => m.text));
   expect(carried).toEqual([["one"], ["two"]]);
+});
+
+async function forget(key: string): Promise<void> {
+  const answer = await adminFetch(`/admin/routes/${encodeURIComponent(key)}`, { method: "DELETE" });
+  expect(answer.status).toBe(200);
+}
+
+/** "one" handed over and accepted (202), "two" waiting behind it, then the entry forgotten. */
+async function waitingBehindAcceptedThenForgotten() {
+  services = fake((request) => (request.json.message.text === "one" ? accepted() : replyWith("re: two")));
+  const chat = unique("chat");
+  const key = genericKey(chat);
+  const one = await send({ chat_id: chat, text: "one" });
+  await runAlarm(key);
+  const run = services.agentCalls()[0]!.json;
+  setNow(T0 + 1);
+  await send({ chat_id: chat, text: "two" });
+  await forget(key);
+  return { key, sessionId: one.body.session_id as string, run };
+}
+
+it("a message waiting behind an accepted run that falls silent is carried when the lease lapses, the entry forgotten", async () => {
+  const { key, sessionId } = await waitingBehindAcceptedThenForgotten();
+  // Nothing but the lease can end the run: the alarm must come by its end.
+  expect(await alarmOf(key)).toBe(T0 + RUN_LEASE_MS);
+  setNow(T0 + RUN_LEASE_MS + 1);
+  expect(await runAlarm(key)).toBe(true);
+  await router(key).drained();
+  expect(carriedBy(services)).toEqual([["one"], ["two"]]);
+  const messages = await userMessages(sessionId);
+  expect(messages[1]).toMatchObject({ text: "two", not_dispatched: null });
+  expect(messages[1]!.run_id).toBe(services.agentCalls()[1]!.json.run_id);
+});
+
+it("a heartbeat extends that wait: the alarm looks again at the lease's new end, then carries the message", async () => {
+  const { key, run } = await waitingBehindAcceptedThenForgotten();
+  setNow(T0 + 5 * MINUTE);
+  expect((await agentApi(`/v1/runs/${run.run_id}/heartbeat`, run.run_token)).status).toBe(200);
+  // At the first lease's end the run is still heard from: "two" keeps waiting.
+  setNow(T0 + RUN_LEASE_MS + 1);
+  await runAlarm(key);
+  await router(key).drained();
+  expect(carriedBy(services)).toEqual([["one"]]);
+  // Not sooner (the alarm would spin on a run still heard from), not later.
+  expect(await alarmOf(key)).toBe(T0 + 5 * MINUTE + RUN_LEASE_MS);
+  setNow(T0 + 5 * MINUTE + RUN_LEASE_MS + 1);
+  expect(await runAlarm(key)).toBe(true);
+  await router(key).drained();
+  expect(carriedBy(services)).toEqual([["one"], ["two"]]);
 });
