@@ -107,7 +107,10 @@ export function applyCarried(m: Model, call: AgentCall, carrier: MRun): void {
   for (const id of call.carried) {
     const run = m.runs.get(id);
     if (!run || run.key !== session.key) fail("invariant 11", `${where}: ${id} is not a message of this conversation`);
-    if (run.sessionId !== session.id)
+    // A message travels with the run that carried it: a rotation moves that run, still
+    // current, to the continuation, where an interrupt carries its messages on.
+    const movedWithCarrier = run.carriedBy !== null && m.runs.get(run.carriedBy)?.sessionId === session.id;
+    if (run.sessionId !== session.id && !movedWithCarrier)
       fail("invariant 11", `${where}: ${id} belongs to session ${run.sessionId}, not ${session.id}`);
     if (run.state === "waiting" || (run.storedRunId === call.runId && run.carriedBy !== call.eventId)) {
       fromWaiting.push(run);
