@@ -254,7 +254,8 @@ export class Inbound {
           sessionId: row!.id,
           duplicate: false,
           work: this.claimFirstRun({ ...work, sessionId: row!.id }),
-          decision: decision.kind,
+          // Held open: the message joined the live row, whatever the policy said of it.
+          decision: heldOpen ? "append" : decision.kind,
         };
       }
       const session = freshSession(message, row, decision.replaced, policy, now);

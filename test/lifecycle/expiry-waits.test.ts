@@ -6,7 +6,7 @@
  * deadline passed. Commands, operator ends and agent ends still end at once.
  */
 import { env } from "cloudflare:workers";
-import { afterEach, beforeEach, describe, expect, it } from "vitest";
+import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
 import {
   MINUTE,
   T0,
@@ -131,9 +131,15 @@ describe("the agent down past the deadline", () => {
     const first = await send({ chat_id: chat, text: "one" });
     await alarmsUntil(key, T0 + 90_000);
     setNow(T0 + 100_000);
+    const lines: string[] = [];
+    const spy = vi.spyOn(console, "log").mockImplementation((line: unknown) => void lines.push(String(line)));
     const second = await send({ chat_id: chat, text: "two" });
+    spy.mockRestore();
     expect(second.body.session_id).toBe(first.body.session_id);
     expect((await messagesOf(first.body.session_id)).map((m) => m.text)).toEqual(["one", "two"]);
+    // The operator's log line says what happened: appended to the held session, not a fresh one.
+    const routed = lines.map((line) => JSON.parse(line)).filter((entry) => entry.msg === "message routed");
+    expect(routed).toMatchObject([{ decision: "append", session_id: first.body.session_id }]);
   });
 });
 
