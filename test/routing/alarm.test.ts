@@ -54,6 +54,29 @@ const rows: [string, Partial<AlarmSources>, number | null][] = [
   ],
   ["an unknown deadline and no entry: nothing to look at", { liveDeadline: undefined, hasEntry: false }, null],
   ["no deadline (mode none): the failures count is irrelevant", { liveDeadline: null, settleFailures: 5 }, null],
+  [
+    "waiting messages due (an interrupt, a window's end, a lease's end): at that time, or they wait for a message",
+    { waitingDueAt: NOW + 3_000 },
+    NOW + 3_000,
+  ],
+  [
+    "waiting messages due before the deadline: at their time",
+    { waitingDueAt: NOW + 3_000, liveDeadline: NOW + 60_000 },
+    NOW + 3_000,
+  ],
+  [
+    "the deadline before the waiting messages' time: at the deadline",
+    { waitingDueAt: NOW + 90_000, liveDeadline: NOW + 60_000 },
+    NOW + 60_000,
+  ],
+  ["nothing waits (null): no alarm for it", { waitingDueAt: null }, null],
+  [
+    "the next typing call (Telegram's indicator fades after 5 s): at its time",
+    { typingDueAt: NOW + 4_000 },
+    NOW + 4_000,
+  ],
+  ["typing before a due item: at the typing call", { typingDueAt: NOW + 4_000, nextDueAt: NOW + 9_000 }, NOW + 4_000],
+  ["no typing (null): no alarm for it", { typingDueAt: null }, null],
 ];
 
 describe("nextAlarmAt", () => {
