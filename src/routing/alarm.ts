@@ -50,8 +50,13 @@ export function nextAlarmAt(s: AlarmSources): number | null {
   // An unknown deadline (D1 could not be read): look again soon, backing off, or the
   // session would never end if D1 was down when the alarm fired.
   else if (s.liveDeadline === undefined && s.hasEntry) due.push(s.now + backoffDelay(s.settleFailures + 1));
-  // Waiting messages due (an interrupt): without it they wait for the unfinished run to end.
-  if (s.waitingDueAt !== undefined && s.waitingDueAt !== null) due.push(s.waitingDueAt);
+  // Waiting messages due (an interrupt, a window's or a lease's end, nothing holding them):
+  // without it they wait for the next message. While the alarm's passes fail (D1 down)
+  // it backs off with them, or a due time in the past would fire it again at once.
+  if (s.waitingDueAt !== undefined && s.waitingDueAt !== null)
+    due.push(
+      s.settleFailures === 0 ? s.waitingDueAt : Math.max(s.waitingDueAt, s.now + backoffDelay(s.settleFailures)),
+    );
   // Typing (spec "Typing"): without it Telegram's indicator fades after 5 s while the agent still works.
   if (s.typingDueAt !== undefined && s.typingDueAt !== null) due.push(s.typingDueAt);
   if (due.length === 0) return null;

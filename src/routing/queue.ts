@@ -92,7 +92,7 @@ export class Queue {
     const sessions = [...new Set(waiting.all().map((row) => row.sessionId))];
     for (const sessionId of sessions) {
       for (const runId of waiting.accepted(sessionId)) {
-        const runs = await this.readAccepted(runId);
+        const [runs] = await db.batch(selectRun(db, runId));
         const run = runs[0];
         if (!run || !isOpenRun(run) || leaseUntil(run) <= now) waiting.over(runId);
         // Still heard from (heartbeats): the alarm looks again when this lease ends.
@@ -107,28 +107,16 @@ export class Queue {
     }
   }
 
-  /** An accepted run's row, counting failures to read it for the backoff of the next look. */
-  private async readAccepted(runId: string) {
-    const { db } = this.ctx;
-    try {
-      const [runs] = await db.batch(selectRun(db, runId));
-      this.leaseLookFailures = 0;
-      return runs;
-    } catch (error) {
-      this.leaseLookFailures += 1;
-      throw error;
-    }
-  }
-
-  private leaseLookFailures = 0;
-
   /**
    * When waiting messages are due for their run, for the alarm plan: now, while a
    * session in `interrupt` mode has a message waiting behind an unfinished run (the
    * webhook's path only stores it; the alarm carries the interrupt out, so the
    * webhook costs what it always did); and when the lease of the accepted run they
    * wait behind ends (a silent agent's run is over then, and nothing else may wake
-   * the object: the entry may be forgotten). Backs off while D1 cannot be read.
+   * the object: the entry may be forgotten); and now, for messages that nothing holds
+   * back any more (a pump that failed between ending a run and staging the next left
+   * them so), or they would wait for the next message. Backs off while an interrupt
+   * fails; the alarm plan backs every time off while the alarm's passes fail.
    */
   dueAt(now: number): number | null {
     const { waiting } = this.ctx;
@@ -146,17 +134,15 @@ export class Queue {
       const unfinished = holds !== null && (holds.staged || holds.leaseEnd !== null);
       const interrupts = unfinished && mode === "interrupt" && waiting.arrivedSinceDispatch(id);
       if (unfinished && !interrupts) {
-        if (!holds.staged && holds.leaseEnd !== null)
-          due.push(
-            Math.max(holds.leaseEnd, this.leaseLookFailures === 0 ? 0 : now + backoffDelay(this.leaseLookFailures)),
-          );
+        if (!holds.staged && holds.leaseEnd !== null) due.push(holds.leaseEnd);
         continue;
       }
       if (interrupts)
         due.push(
           Math.max(quietAt ?? now, now + (this.interruptFailures === 0 ? 0 : backoffDelay(this.interruptFailures))),
         );
-      else if (quietAt !== null) due.push(quietAt);
+      // Nothing holds them: due when their debounce window ends, else now.
+      else due.push(quietAt ?? now);
     }
     return due.length === 0 ? null : Math.min(...due);
   }

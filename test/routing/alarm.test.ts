@@ -71,6 +71,16 @@ const rows: [string, Partial<AlarmSources>, number | null][] = [
   ],
   ["nothing waits (null): no alarm for it", { waitingDueAt: null }, null],
   [
+    "waiting messages overdue while the alarm's passes fail (D1 down): after the backoff, not at once",
+    { waitingDueAt: NOW - 5_000, liveDeadline: null, settleFailures: 2 },
+    NOW + backoffDelay(2),
+  ],
+  [
+    "waiting messages due after that backoff: at their time",
+    { waitingDueAt: NOW + 10 * 60_000, liveDeadline: null, settleFailures: 2 },
+    NOW + 10 * 60_000,
+  ],
+  [
     "the next typing call (Telegram's indicator fades after 5 s): at its time",
     { typingDueAt: NOW + 4_000 },
     NOW + 4_000,

@@ -9,6 +9,8 @@
 import { env } from "cloudflare:test";
 import { expect, it } from "vitest";
 import { MINUTE, T0, adminFetch, alarmOf, genericKey, router, runAlarm, send, setNow, unique } from "../helpers";
+import { injectD1Fault } from "../../src/db/client";
+import { backoffDelay } from "../../src/http/backoff";
 import { RUN_LEASE_MS } from "../../src/domain/turn-hold";
 import { accepted, agentApi, replyWith } from "../agent/support";
 import { type FakeServices, carriedBy, overlapHooks, userMessages } from "./overlap-support";
@@ -83,6 +85,25 @@ it("a heartbeat extends that wait: the alarm looks again at the lease's new end,
   // Not sooner (the alarm would spin on a run still heard from), not later.
   expect(await alarmOf(key)).toBe(T0 + 5 * MINUTE + RUN_LEASE_MS);
   setNow(T0 + 5 * MINUTE + RUN_LEASE_MS + 1);
+  expect(await runAlarm(key)).toBe(true);
+  await router(key).drained();
+  expect(carriedBy(services)).toEqual([["one"], ["two"]]);
+});
+
+it("D1 failing between the lapsed run's end and the next run's staging strands nothing: the alarm comes back for them", async () => {
+  const { key } = await waitingBehindAcceptedThenForgotten();
+  setNow(T0 + RUN_LEASE_MS + 1);
+  // The pump ends the lapsed run, then reads the session for the next run's context: that read fails.
+  const fault = injectD1Fault({
+    match: (sql) => sql.length === 1 && sql[0]!.includes('from "sessions" where "sessions"."id" = ?'),
+  });
+  await runAlarm(key);
+  injectD1Fault(null);
+  expect(fault.hits()).toBe(1);
+  expect(carriedBy(services)).toEqual([["one"]]);
+  // Nothing holds "two" back any more: the alarm comes again after the failure's backoff.
+  expect(await alarmOf(key)).toBe(T0 + RUN_LEASE_MS + 1 + backoffDelay(1));
+  setNow(T0 + RUN_LEASE_MS + 1 + backoffDelay(1));
   expect(await runAlarm(key)).toBe(true);
   await router(key).drained();
   expect(carriedBy(services)).toEqual([["one"], ["two"]]);
