@@ -34,7 +34,7 @@ import {
   type RouterContext,
 } from "./context";
 import type { Commands } from "./commands";
-import { dropEnded, type Queue } from "./queue";
+import { dropEnded, dropRevokedRuns, type Queue } from "./queue";
 import { entryFromNew, entryFromRow } from "./entry";
 import type { AcceptedBody, RoutingDecisionName, RpcResult } from "./results";
 import type { Settlement } from "./settlement";
@@ -148,6 +148,9 @@ export class Inbound {
     const debounced = this.queue.settingsFor(message.platform, message.chatType).debounce_ms > 0;
     if (stored.sessionId === predicted.sessionId) {
       waiting.confirm(message.eventId, stored.sessionId);
+      // The reopen revoked the row's runs (an SQL end had not): what this object still
+      // counted unfinished holds nothing back, and the alarm carries what waits at once.
+      if (decision === "reopen") dropRevokedRuns(this.ctx, stored.sessionId, "reopened");
       // stored.work.isNew: an entry rebuilt from D1 (it had been forgotten) made the claim.
       if (firstPending || stored.work.isNew) entry.update({ firstRunPending: true });
     } else if (debounced) {

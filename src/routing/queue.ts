@@ -267,14 +267,26 @@ export class Queue {
  */
 export function dropEnded(ctx: RouterContext, sessionId: string): void {
   ctx.waiting.dropSession(sessionId);
-  // Its runs are revoked: none of them shows typing any more.
+  dropRevokedRuns(ctx, sessionId, "ended");
+}
+
+/**
+ * A batch revoked every run of `sessionId` in D1: its end, or the reopen of a row an
+ * SQL end had not revoked. This object stops counting them unfinished, so nothing
+ * waits behind them: accepted runs go, typing stops, and so do hand-offs already
+ * attempted (their run is in D1, revoked: owed no more, and one would hold a reopened
+ * session's next message behind it until its retry). On an end, runs staged for
+ * waiting messages go too (the end recorded those not dispatched); on a reopen they
+ * stay and go out, as what still waits does.
+ */
+export function dropRevokedRuns(ctx: RouterContext, sessionId: string, why: "ended" | "reopened"): void {
+  for (const runId of ctx.waiting.accepted(sessionId)) ctx.waiting.over(runId);
   ctx.typing.sessionEnded(sessionId);
   for (const item of ctx.outbox.all("run")) {
     const work = item.payload;
-    // A hand-off already attempted has its run in D1, revoked by the end: it is owed no
-    // more, and would hold a reopened session's next message behind it until its retry.
     const attempted = item.attempts > 0;
-    if (work.sessionId === sessionId && work.stage === "dispatch" && (work.messages || attempted))
+    const stagedForWaiting = why === "ended" && work.messages !== undefined;
+    if (work.sessionId === sessionId && work.stage === "dispatch" && (stagedForWaiting || attempted))
       ctx.outbox.complete(item.id);
   }
 }

@@ -38,7 +38,11 @@ export function adoptStored(m: Model, runs: MRun[], rows: Map<string, D1Message>
       (run.state === "accepted" && run.heardAt! + LEASE_MS > m.now),
   );
   const unclear = before.some(
-    (run) => run.state === "limbo" || run.fromLimbo || (run.state === "accepted" && run.heardAt! + LEASE_MS <= m.now),
+    (run) =>
+      run.state === "limbo" ||
+      run.fromLimbo ||
+      run.heldByObject ||
+      (run.state === "accepted" && run.heardAt! + LEASE_MS <= m.now),
   );
   const waitedBefore = before.some((run) => run.state === "waiting");
   // A message that starts a fresh session is judged against an earlier row of its key
@@ -52,9 +56,15 @@ export function adoptStored(m: Model, runs: MRun[], rows: Map<string, D1Message>
     m
       .runsOf(row)
       .some(
-        (run) => UNFINISHED.has(run.state) || ["limbo", "waiting", "waitEnded"].includes(run.state) || run.fromLimbo,
+        (run) =>
+          UNFINISHED.has(run.state) ||
+          ["limbo", "waiting", "waitEnded"].includes(run.state) ||
+          run.fromLimbo ||
+          run.heldByObject,
       ),
   );
+  // Storing the message (the reopen's batch, or the fresh session's) made the object drop those runs.
+  for (const row of keyRows) for (const run of m.runsOf(row)) run.heldByObject = false;
   let ownRuns = 0;
   for (const run of runs) {
     const row = rows.get(run.eventId);

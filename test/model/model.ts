@@ -153,6 +153,12 @@ export interface MRun {
   interrupted?: boolean;
   /** Dropped while its hand-off was still in the outbox (limbo). */
   fromLimbo?: boolean;
+  /**
+   * Revoked by an SQL end while the object counted it unfinished (accepted, or its
+   * hand-off attempted): the object learns it only when it next looks (the reopen's
+   * batch, the next fresh session, an alarm), so a message may wait behind it once.
+   */
+  heldByObject?: boolean;
   /** D1 showed its not_dispatched (counted once). */
   seenDropped?: boolean;
   reset: { reason: string; had_activity: boolean; previous_session_id: string } | null;
@@ -326,6 +332,8 @@ export class Model {
         run.state = "dropped";
         run.notDispatched = notDispatchedFor(reason);
       }
+      if (bySql && (run.state === "accepted" || ((run.state === "staged" || run.state === "retrying") && run.runId)))
+        run.heldByObject = true;
       if (run.state === "staged" || run.state === "retrying") run.state = run.runId ? "revoked" : "limbo";
       if (run.state === "accepted" || run.state === "revoked") {
         run.state = "revoked";

@@ -7,7 +7,7 @@
  */
 import { env } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
-import { T0, adminFetch, genericKey, router, runAlarm, send, setNow, unique } from "../helpers";
+import { T0, adminFetch, alarmOf, genericKey, router, runAlarm, send, setNow, unique } from "../helpers";
 import { accepted, agentApi, replyWith } from "../agent/support";
 import { type FakeServices, overlapHooks, answeredUserMessages } from "./overlap-support";
 
@@ -129,6 +129,39 @@ describe("the end of a session with messages waiting", () => {
     expect((await answeredUserMessages(one.body.session_id)).map((m) => [m.text, m.not_dispatched])).toEqual([
       ["one", null],
       ["two", "session_ended"],
+    ]);
+  });
+});
+
+describe("a row ended by SQL while a run waited for the agent, then reopened by a message", () => {
+  it("the reopen revokes that run, so the message is not held behind it: the alarm carries it at once", async () => {
+    services = fake((request) => (request.json.message.text === "one" ? accepted() : replyWith("re: two")));
+    const chat = unique("chat");
+    const key = genericKey(chat);
+    const one = await send({ chat_id: chat, text: "one" });
+    const sessionId = one.body.session_id as string;
+    await runAlarm(key);
+    const run = services.agentCalls()[0]!.json;
+    // An operator's tool ends the row by SQL as the agent's (recoverable): the object is not told.
+    await env.DB.prepare(`UPDATE sessions SET end_reason = 'agent_close', ended_at = ? WHERE id = ?`)
+      .bind(T0 + 1, sessionId)
+      .run();
+    setNow(T0 + 2);
+    const two = await send({ chat_id: chat, text: "two" });
+    expect(two.body.session_id).toBe(sessionId);
+    // The accepted run of "one" was revoked by the reopen: nothing holds "two" back.
+    expect((await agentApi(`/v1/runs/${run.run_id}/heartbeat`, run.run_token)).status).toBe(409);
+    expect(await alarmOf(key)).toBe(T0 + 3);
+    setNow(T0 + 3);
+    await runAlarm(key);
+    await router(key).drained();
+    expect(services.agentCalls().map((c) => (c.json.messages as { text: string }[]).map((m) => m.text))).toEqual([
+      ["one"],
+      ["two"],
+    ]);
+    expect(await answeredUserMessages(sessionId)).toMatchObject([
+      { text: "one", run_id: run.run_id },
+      { text: "two", run_id: services.agentCalls()[1]!.json.run_id, not_dispatched: null },
     ]);
   });
 });
