@@ -150,7 +150,7 @@ export class Inbound {
       waiting.confirm(message.eventId, stored.sessionId);
       // The reopen revoked the row's runs (an SQL end had not): what this object still
       // counted unfinished holds nothing back, and the alarm carries what waits at once.
-      if (decision === "reopen") dropRevokedRuns(this.ctx, stored.sessionId, "reopened");
+      if (decision === "reopen") dropRevokedRuns(this.ctx, stored.sessionId, now);
       // stored.work.isNew: an entry rebuilt from D1 (it had been forgotten) made the claim.
       if (firstPending || stored.work.isNew) entry.update({ firstRunPending: true });
     } else if (debounced) {

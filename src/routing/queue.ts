@@ -267,26 +267,27 @@ export class Queue {
  */
 export function dropEnded(ctx: RouterContext, sessionId: string): void {
   ctx.waiting.dropSession(sessionId);
-  dropRevokedRuns(ctx, sessionId, "ended");
+  dropRevokedRuns(ctx, sessionId);
 }
 
 /**
  * A batch revoked every run of `sessionId` in D1: its end, or the reopen of a row an
  * SQL end had not revoked. This object stops counting them unfinished, so nothing
- * waits behind them: accepted runs go, typing stops, and so do hand-offs already
- * attempted (their run is in D1, revoked: owed no more, and one would hold a reopened
- * session's next message behind it until its retry). On an end, runs staged for
- * waiting messages go too (the end recorded those not dispatched); on a reopen they
- * stay and go out, as what still waits does.
+ * waits behind them: accepted runs go (an accepted run is in D1, so revoked), and
+ * typing stops. On an end, hand-offs already attempted go too (owed no more) and so
+ * do runs staged for waiting messages (the end recorded those not dispatched). On a
+ * reopen (`reopenedAt`) an attempted hand-off is kept and retried at once instead: a
+ * failed attempt may have thrown before D1 had its run, and then it alone carries
+ * its messages; its retry finds the run revoked and leaves, or hands them over.
  */
-export function dropRevokedRuns(ctx: RouterContext, sessionId: string, why: "ended" | "reopened"): void {
+export function dropRevokedRuns(ctx: RouterContext, sessionId: string, reopenedAt?: number): void {
   for (const runId of ctx.waiting.accepted(sessionId)) ctx.waiting.over(runId);
   ctx.typing.sessionEnded(sessionId);
   for (const item of ctx.outbox.all("run")) {
     const work = item.payload;
+    if (work.sessionId !== sessionId || work.stage !== "dispatch") continue;
     const attempted = item.attempts > 0;
-    const stagedForWaiting = why === "ended" && work.messages !== undefined;
-    if (work.sessionId === sessionId && work.stage === "dispatch" && (stagedForWaiting || attempted))
-      ctx.outbox.complete(item.id);
+    if (reopenedAt === undefined && (attempted || work.messages)) ctx.outbox.complete(item.id);
+    else if (reopenedAt !== undefined && attempted) ctx.outbox.checkpoint(item, { dueAt: reopenedAt });
   }
 }

@@ -9,7 +9,8 @@ import { env } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
 import { T0, adminFetch, alarmOf, genericKey, router, runAlarm, send, setNow, unique } from "../helpers";
 import { accepted, agentApi, replyWith } from "../agent/support";
-import { type FakeServices, overlapHooks, answeredUserMessages } from "./overlap-support";
+import { type FakeServices, answeredUserMessages, carriedBy, overlapHooks } from "./overlap-support";
+import { injectD1Fault } from "../../src/db/client";
 
 const fake = overlapHooks({});
 let services: FakeServices;
@@ -164,4 +165,39 @@ describe("a row ended by SQL while a run waited for the agent, then reopened by 
       { text: "two", run_id: services.agentCalls()[1]!.json.run_id, not_dispatched: null },
     ]);
   });
+});
+
+it("a reopen keeps a hand-off whose first attempt failed before D1 had its run, and hands it over at once", async () => {
+  services = fake((request) => (request.json.message.text === "one" ? accepted() : replyWith("ok")));
+  const chat = unique("chat");
+  const key = genericKey(chat);
+  const one = await send({ chat_id: chat, text: "one" });
+  const sessionId = one.body.session_id as string;
+  await runAlarm(key);
+  const run = services.agentCalls()[0]!.json;
+  setNow(T0 + 1);
+  await send({ chat_id: chat, text: "two" });
+  // "one" is answered through the API: a run for "two" is staged; its first attempt fails in D1.
+  setNow(T0 + 2);
+  expect((await agentApi(`/v1/runs/${run.run_id}/reply`, run.run_token, { text: "answer one" })).status).toBe(200);
+  const fault = injectD1Fault({ match: (sql) => sql.some((s) => s.startsWith("INSERT INTO runs")) });
+  await runAlarm(key);
+  injectD1Fault(null);
+  expect(fault.hits()).toBe(1);
+  expect(services.agentCalls()).toHaveLength(1);
+  // An SQL end the object is not told of, then a message that reopens the row.
+  await env.DB.prepare(`UPDATE sessions SET end_reason = 'agent_close', ended_at = ? WHERE id = ?`)
+    .bind(T0 + 3, sessionId)
+    .run();
+  setNow(T0 + 4);
+  expect((await send({ chat_id: chat, text: "three" })).body.session_id).toBe(sessionId);
+  // The failed hand-off alone carries "two": it is retried at once, not dropped.
+  expect(await alarmOf(key)).toBe(T0 + 5);
+  for (let i = 0; i < 3; i++) {
+    setNow(T0 + 5 + i);
+    await runAlarm(key);
+    await router(key).drained();
+  }
+  expect(carriedBy(services)).toEqual([["one"], ["two"], ["three"]]);
+  expect((await answeredUserMessages(sessionId)).map((m) => m.not_dispatched)).toEqual([null, null, null]);
 });
