@@ -9,7 +9,14 @@ import { env } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
 import { T0, adminFetch, alarmOf, genericKey, router, runAlarm, send, setNow, unique } from "../helpers";
 import { accepted, agentApi, replyWith } from "../agent/support";
-import { type FakeServices, answeredUserMessages, carriedBy, overlapHooks } from "./overlap-support";
+import {
+  type FakeServices,
+  answeredUserMessages,
+  carriedBy,
+  endBySql,
+  firstHandedOver,
+  overlapHooks,
+} from "./overlap-support";
 import { injectD1Fault } from "../../src/db/client";
 
 const fake = overlapHooks({});
@@ -138,15 +145,8 @@ describe("a row ended by SQL while a run waited for the agent, then reopened by 
   it("the reopen revokes that run, so the message is not held behind it: the alarm carries it at once", async () => {
     services = fake((request) => (request.json.message.text === "one" ? accepted() : replyWith("re: two")));
     const chat = unique("chat");
-    const key = genericKey(chat);
-    const one = await send({ chat_id: chat, text: "one" });
-    const sessionId = one.body.session_id as string;
-    await runAlarm(key);
-    const run = services.agentCalls()[0]!.json;
-    // An operator's tool ends the row by SQL as the agent's (recoverable): the object is not told.
-    await env.DB.prepare(`UPDATE sessions SET end_reason = 'agent_close', ended_at = ? WHERE id = ?`)
-      .bind(T0 + 1, sessionId)
-      .run();
+    const { key, sessionId, run } = await firstHandedOver(services, chat);
+    await endBySql(sessionId, T0 + 1);
     setNow(T0 + 2);
     const two = await send({ chat_id: chat, text: "two" });
     expect(two.body.session_id).toBe(sessionId);
@@ -170,11 +170,7 @@ describe("a row ended by SQL while a run waited for the agent, then reopened by 
 it("a reopen keeps a hand-off whose first attempt failed before D1 had its run, and hands it over at once", async () => {
   services = fake((request) => (request.json.message.text === "one" ? accepted() : replyWith("ok")));
   const chat = unique("chat");
-  const key = genericKey(chat);
-  const one = await send({ chat_id: chat, text: "one" });
-  const sessionId = one.body.session_id as string;
-  await runAlarm(key);
-  const run = services.agentCalls()[0]!.json;
+  const { key, sessionId, run } = await firstHandedOver(services, chat);
   setNow(T0 + 1);
   await send({ chat_id: chat, text: "two" });
   // "one" is answered through the API: a run for "two" is staged; its first attempt fails in D1.
@@ -186,9 +182,7 @@ it("a reopen keeps a hand-off whose first attempt failed before D1 had its run, 
   expect(fault.hits()).toBe(1);
   expect(services.agentCalls()).toHaveLength(1);
   // An SQL end the object is not told of, then a message that reopens the row.
-  await env.DB.prepare(`UPDATE sessions SET end_reason = 'agent_close', ended_at = ? WHERE id = ?`)
-    .bind(T0 + 3, sessionId)
-    .run();
+  await endBySql(sessionId, T0 + 3);
   setNow(T0 + 4);
   expect((await send({ chat_id: chat, text: "three" })).body.session_id).toBe(sessionId);
   // The failed hand-off alone carries "two": it is retried at once, not dropped.

@@ -6,7 +6,7 @@
  */
 import { env } from "cloudflare:test";
 import { afterEach, beforeEach } from "vitest";
-import { T0, adminFetch, restoreClock, setNow, useConfig } from "../helpers";
+import { T0, adminFetch, genericKey, restoreClock, runAlarm, send, setNow, useConfig } from "../helpers";
 import { agentConfig, fakeServices } from "../agent/support";
 
 export type FakeServices = ReturnType<typeof fakeServices>;
@@ -64,4 +64,22 @@ export async function answeredUserMessages(sessionId: string): Promise<UserMessa
   return messages
     .filter((m) => m.role === "user")
     .map((m) => ({ text: m.text, run_id: m.run_id, not_dispatched: m.not_dispatched }));
+}
+
+/**
+ * "one" sent on `chat` and handed to the agent by the alarm (the test's fake agent
+ * decides the answer, 202 mostly): its key, session and the hand-off the agent got.
+ */
+export async function firstHandedOver(services: FakeServices, chat: string) {
+  const key = genericKey(chat);
+  const one = await send({ chat_id: chat, text: "one" });
+  await runAlarm(key);
+  return { key, sessionId: one.body.session_id as string, run: services.agentCalls().at(-1)!.json };
+}
+
+/** An operator's tool ends a row by SQL (recoverable by default): the routing object is not told. */
+export async function endBySql(sessionId: string, at: number, reason = "agent_close"): Promise<void> {
+  await env.DB.prepare(`UPDATE sessions SET end_reason = ?, ended_at = ? WHERE id = ?`)
+    .bind(reason, at, sessionId)
+    .run();
 }
