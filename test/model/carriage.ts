@@ -164,7 +164,11 @@ export function applyCarried(m: Model, call: AgentCall, carrier: MRun): void {
   if (settings.mode === "concurrent" && settings.debounceMs === 0 && call.carried.length !== 1)
     fail("overlap (concurrent)", `${where}: one run per message`);
   const batch = fromRevoked === 0 ? call.carried.length : fromWaiting.length;
-  const limit = fromRevoked === 0 ? settings.maxBatch : Math.max(settings.maxBatch - fromRevoked, 1);
+  // interrupt: a run staged for max_batch's leftovers and revoked by an interrupt before
+  // it went out is never seen here; its messages look waiting, and the new run carries
+  // them (at most max_batch) and at least one newer message.
+  const unseenRevoked = settings.mode === "interrupt" && fromRevoked === 0 ? 1 : 0;
+  const limit = fromRevoked === 0 ? settings.maxBatch + unseenRevoked : Math.max(settings.maxBatch - fromRevoked, 1);
   if (batch > limit) fail("overlap (max_batch)", `${where}: ${batch} messages, at most ${limit}`);
   const newestCarried = Math.max(0, ...fromWaiting.map((run) => run.stagedAt));
   const older = m.waitingIn(session).filter((run) => run.stagedAt < newestCarried);
