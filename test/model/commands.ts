@@ -391,7 +391,11 @@ function applyHandOffs(m: Model, r: Real, from: number): void {
           "agent hand-off",
           `run of ${run.eventId}: reset ${JSON.stringify(call.reset)}, expected ${JSON.stringify(run.reset)}`,
         );
+      // A run dispatched from the waiting list is staged by the alarm that hands it over:
+      // its day of retries runs from then, not from when its newest message was stored.
+      const dispatchedFromWaiting = run.state === "waiting";
       applyCarried(m, call, run);
+      if (dispatchedFromWaiting) run.stagedAt = m.now;
       session.currentRun = run;
     } else if (call.runId !== run.runId || call.token !== run.token) {
       fail("agent hand-off", `a retry of ${run.eventId} changed its run id or token`);
