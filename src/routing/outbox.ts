@@ -107,6 +107,9 @@ export class Outbox {
     const item: OutboxItem<K> = { id, kind, payload, dueAt, attempts: 0, lastError: null, createdAt: now };
     if (replace) this.table.put(item);
     else this.table.add(item);
+    // Staged again while it runs (a session's events item, a new event written meanwhile):
+    // the run in flight completing it must not delete this staging.
+    if (this.inFlight.has(id)) this.restaged.add(id);
     if (this.deps.mode() === "inline") {
       this.deps.armBy(dueAt + INLINE_GRACE_MS, now);
       this.kick();
@@ -121,10 +124,15 @@ export class Outbox {
     this.table.delete(id);
   }
 
-  /** The item is done (or no longer owed): it leaves the outbox. */
+  /** The item is done (or no longer owed): it leaves the outbox, unless it was staged again meanwhile. */
   complete(id: string): void {
+    if (this.restaged.delete(id)) return;
     this.table.delete(id);
   }
+
+  /** Items a drain is running now, and those of them staged again since they started. */
+  private readonly inFlight = new Set<string>();
+  private readonly restaged = new Set<string>();
 
   /** Keeps an item's progress: a new payload, or a new due time (its attempts unchanged). */
   checkpoint<K extends OutboxKind>(item: OutboxItem<K>, patch: { payload?: OutboxPayloads[K]; dueAt?: number }): void {
@@ -193,12 +201,17 @@ export class Outbox {
             // Lifecycle events go out one session at a time, in the order they were
             // staged (an old session's end before its replacement's start).
             if (item.kind === "events" && [...running.values()].some((r) => r.kind === "events")) continue;
+            this.inFlight.add(item.id);
             const done = handle(handlers, item, now)
               .catch((error) => {
                 log.error("outbox item failed", { kind: item.kind, item_id: item.id, error: describe(error) });
                 this.retry(item, describe(error), null, now);
               })
-              .finally(() => running.delete(item.id));
+              .finally(() => {
+                running.delete(item.id);
+                this.inFlight.delete(item.id);
+                this.restaged.delete(item.id);
+              });
             running.set(item.id, { kind: item.kind, done });
           }
         }

@@ -91,6 +91,38 @@ describe("outbox", () => {
       },
     ));
 
+  it("an item staged again while it runs is not lost when that run completes: it runs once more", () => {
+    // A session's events item delivers what is pending while the check item promotes
+    // the row and stages the events item again for the event it just wrote.
+    const delivering = gate();
+    const runs: number[] = [];
+    return withOutbox(
+      (o) => ({
+        events: async (item) => {
+          runs.push(runs.length + 1);
+          if (runs.length === 1) {
+            delivering.reach();
+            await delivering.opened;
+          }
+          o.complete(item.id);
+        },
+        check: async (item) => {
+          await delivering.reached;
+          o.stage("events_ses_a", "events", { sessionId: "ses_a" }, T0, true);
+          o.complete(item.id);
+          delivering.open();
+        },
+      }),
+      async (outbox) => {
+        outbox.stage("events_ses_a", "events", { sessionId: "ses_a" }, T0);
+        outbox.stage("check_ses_a", "check", { sessionId: "ses_a" }, T0);
+        await outbox.drained();
+        expect(runs).toEqual([1, 2]);
+        expect(outbox.get("events_ses_a", "events")).toBeNull();
+      },
+    );
+  });
+
   it("runs one events item at a time, in staged order, while other kinds run beside it", () => {
     const log: string[] = [];
     const first = gate();
