@@ -136,7 +136,11 @@ export class Outbox {
 
   /** Keeps an item's progress: a new payload, or a new due time (its attempts unchanged). */
   checkpoint<K extends OutboxKind>(item: OutboxItem<K>, patch: { payload?: OutboxPayloads[K]; dueAt?: number }): void {
-    this.table.put({ ...item, ...patch });
+    const next = { ...item, ...patch };
+    // Staged again while it ran: that staging's due time stands if it is sooner.
+    const staged = this.restaged.has(item.id) ? this.table.get(item.id) : null;
+    if (staged && staged.dueAt < next.dueAt) next.dueAt = staged.dueAt;
+    this.table.put(next);
   }
 
   /** A failed attempt: counted, with its error, and due again after its backoff. */

@@ -123,6 +123,39 @@ describe("outbox", () => {
     );
   });
 
+  it("an item staged again while it runs keeps its earlier due time when that run puts it off", () => {
+    // The events item's run finds one event failing (due again in 30 s) while the check
+    // item writes a new event and stages the events item for now: the new event must not
+    // wait out the failing one's backoff.
+    const delivering = gate();
+    const runs: number[] = [];
+    return withOutbox(
+      (o) => ({
+        events: async (item) => {
+          runs.push(runs.length + 1);
+          if (runs.length === 1) {
+            delivering.reach();
+            await delivering.opened;
+            o.checkpoint(item, { dueAt: T0 + 30_000 });
+          } else o.complete(item.id);
+        },
+        check: async (item) => {
+          await delivering.reached;
+          o.stage("events_ses_a", "events", { sessionId: "ses_a" }, T0, true);
+          o.complete(item.id);
+          delivering.open();
+        },
+      }),
+      async (outbox) => {
+        outbox.stage("events_ses_a", "events", { sessionId: "ses_a" }, T0);
+        outbox.stage("check_ses_a", "check", { sessionId: "ses_a" }, T0);
+        await outbox.drained();
+        expect(runs).toEqual([1, 2]);
+        expect(outbox.get("events_ses_a", "events")).toBeNull();
+      },
+    );
+  });
+
   it("runs one events item at a time, in staged order, while other kinds run beside it", () => {
     const log: string[] = [];
     const first = gate();
