@@ -53,7 +53,7 @@ export class Turns {
   async processRun(item: OutboxItem<"run">, now: number): Promise<void> {
     const { outbox, mutex, db } = this.ctx;
     const config = configFor(this.ctx);
-    const work = await this.confirmStaged(item.payload, now);
+    const work = await this.confirmStaged(item.payload);
     if (!work) {
       outbox.complete(item.id);
       return;
@@ -127,10 +127,10 @@ export class Turns {
    * The run as it stands once its storing has finished (under the lock, so a route
    * call that staged it is done): its payload read again, since storing may have
    * rewritten it (a fresh session changes `is_new` and `reset`). A run staged before
-   * this object restarted is confirmed against its dedupe mark in D1, or dropped.
+   * this object restarted is confirmed against D1 (`storedIn`), or dropped.
    */
-  private async confirmStaged(work: RunWork, now: number): Promise<RunWork | null> {
-    const { outbox, db, confirmedRuns } = this.ctx;
+  private async confirmStaged(work: RunWork): Promise<RunWork | null> {
+    const { outbox, confirmedRuns } = this.ctx;
     return this.ctx.mutex.run(async () => {
       const item = outbox.get(work.runId, "run");
       const current = item?.payload;
@@ -142,22 +142,45 @@ export class Turns {
         confirmedRuns.add(work.runId);
         return current;
       }
-      const message = current.message;
-      const [seen] = await db.batch(selectDedupe(message.platform, message.eventId, now));
-      const mark = seen[0];
-      if (!mark || mark.run_id !== work.runId || !mark.session_id) return null;
+      const storedIn = await this.storedIn(work.runId, current.message);
+      if (storedIn === null) {
+        log.warn("hand-off dropped: D1 has no stored message for it", {
+          session_key: current.message.sessionKey,
+          run_id: work.runId,
+          event_id: current.message.eventId,
+        });
+        return null;
+      }
       // A rotation moved the hand-off on from the session its message was stored in.
-      const moved = current.movedFrom?.includes(mark.session_id) ?? false;
-      const confirmed = moved ? current : { ...current, sessionId: mark.session_id };
+      const moved = current.movedFrom?.includes(storedIn) ?? false;
+      const confirmed = moved ? current : { ...current, sessionId: storedIn };
       // Kept as confirmed: once cached, later attempts (a retried hand-off) read the
       // stored payload, and a session predicted from a stale entry would revoke the run.
-      if (current.sessionId !== mark.session_id) {
+      if (current.sessionId !== storedIn) {
         const again = outbox.get(work.runId, "run");
         if (again) outbox.checkpoint(again, { payload: confirmed });
       }
       confirmedRuns.add(work.runId);
       return confirmed;
     });
+  }
+
+  /**
+   * The session D1 stored this run's message in, or null when D1 has no record of it
+   * for this run (its batch never landed, or the message went out with another run).
+   */
+  private async storedIn(runId: string, message: RunWork["message"]): Promise<string | null> {
+    const { db } = this.ctx;
+    // Asked on the day the mark was written (the message's), not today's: a hand-off
+    // retried past midnight, or by a late alarm, still finds it.
+    const [[mark]] = await db.batch(selectDedupe(message.platform, message.eventId, message.receivedAt));
+    if (mark) return mark.run_id === runId ? mark.session_id : null;
+    // No mark: never stored, or stored so long ago that the sweep removed it. Only a
+    // stored message's hand-off has a run row (written at its first attempt, kept for
+    // an operator's retry), so one confirms it, in the session D1 has it in now; whether
+    // the run is still owed is for beginRun to say.
+    const [[run]] = await db.batch(selectRun(db, runId));
+    return run?.sessionId ?? null;
   }
 
   /** Makes the run its session's current run; false when its session ended before the hand-off. */

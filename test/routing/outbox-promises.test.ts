@@ -21,6 +21,8 @@ import {
   useConfig,
 } from "../helpers";
 import { OutboxTable as RouterStorage } from "../../src/routing/outbox-table";
+import { SessionRouter } from "../../src/routing/router";
+import { sweep } from "../../src/sweep";
 import type { RunWork } from "../../src/routing/work";
 import { AGENT_URL, REPLY_URL, agentConfig, replyWith } from "../agent/support";
 import { captureFetch } from "../helpers";
@@ -215,5 +217,76 @@ describe("a run staged before a restart", () => {
     await runAlarm(key);
     expect(calls(AGENT_URL).map((c) => c.json.run_id)).toEqual([real.run_id]);
     expect(await router(key).outbox()).toEqual([]);
+  });
+});
+
+describe("a hand-off retried by a restarted object", () => {
+  /** A new instance of the routing object over the same storage (nothing kept in memory) fires its alarm. */
+  async function alarmAfterRestart(key: string): Promise<void> {
+    await runInDurableObject(router(key), async (_instance, state) => {
+      const fresh = new SessionRouter(state, env);
+      await fresh.alarm();
+      await fresh.drained();
+    });
+  }
+
+  it("first tried by a late alarm two calendar days on, it finds its message's dedupe mark on the day it was written", async () => {
+    useConfig(agentConfig({ HOOK_URLS: "", SESSION_RESET: JSON.stringify({ mode: "none" }) }));
+    outbound = captureFetch((request) => {
+      if (request.url === AGENT_URL) return replyWith("sorry for the wait");
+      if (request.url === REPLY_URL) return new Response("ok");
+      throw new Error(`unexpected ${request.url}`);
+    });
+    const storedAt = Date.UTC(2031, 0, 15, 23, 50);
+    setNow(storedAt);
+    const chat = unique("chat");
+    const key = genericKey(chat);
+    await send({ chat_id: chat, text: "anyone?" });
+    // The alarm comes late (00:05 on the 17th), and to an object that restarted meanwhile.
+    setNow(storedAt + DAY + 15 * 60_000);
+    await alarmAfterRestart(key);
+    expect(calls(AGENT_URL).map((c) => c.json.message.text)).toEqual(["anyone?"]);
+    expect(calls(REPLY_URL).map((c) => c.json.text)).toEqual(["sorry for the wait"]);
+    expect(await router(key).outbox()).toEqual([]);
+  });
+
+  it("an operator's retry is handed over after a restart even once the sweep removed the message's dedupe mark", async () => {
+    useConfig(agentConfig({ HOOK_URLS: "", SESSION_RESET: JSON.stringify({ mode: "none" }) }));
+    let agentUp = false;
+    outbound = captureFetch((request) => {
+      if (request.url === AGENT_URL)
+        return agentUp ? replyWith("late, but here") : new Response("down", { status: 503 });
+      if (request.url === REPLY_URL) return new Response("ok");
+      throw new Error(`unexpected ${request.url}`);
+    });
+    const chat = unique("chat");
+    const key = genericKey(chat);
+    await send({ chat_id: chat, text: "still there?" });
+    await runAlarm(key);
+    setNow(T0 + DAY + 1_000);
+    await runAlarm(key);
+    const runId = calls(AGENT_URL)[0]!.json.run_id as string;
+    expect(await env.DB.prepare(`SELECT failed_at FROM runs WHERE id = ?`).bind(runId).first<any>()).toEqual({
+      failed_at: T0 + DAY + 1_000,
+    });
+    // Five days on, the sweep has removed the dedupe marks of the message's day.
+    setNow(T0 + 5 * DAY);
+    await sweep(env);
+    expect(
+      await env.DB.prepare(`SELECT COUNT(*) AS n FROM inbound_events WHERE run_id = ?`).bind(runId).first<any>(),
+    ).toEqual({
+      n: 0,
+    });
+    const retried = await adminFetch(`/admin/runs/${runId}/retry`, { method: "POST" });
+    expect(retried.status).toBe(200);
+    await router(key).drained();
+    await runAlarm(key);
+    const attemptsBefore = calls(AGENT_URL).length;
+    agentUp = true;
+    setNow(T0 + 5 * DAY + HOUR);
+    await alarmAfterRestart(key);
+    expect(calls(AGENT_URL)).toHaveLength(attemptsBefore + 1);
+    expect(calls(AGENT_URL).at(-1)!.json).toMatchObject({ run_id: runId, message: { text: "still there?" } });
+    expect(calls(REPLY_URL).map((c) => c.json.text)).toEqual(["late, but here"]);
   });
 });
