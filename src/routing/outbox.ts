@@ -168,6 +168,10 @@ export class Outbox {
     }
     this.activeDrain = (async () => {
       try {
+        // Yield once first, so that activeDrain is set before any handler runs: a
+        // handler staging work before its first await then wakes this drain rather
+        // than starting a second one beside it (which would run its own item again).
+        await Promise.resolve();
         await this.drain();
       } finally {
         this.activeDrain = null;

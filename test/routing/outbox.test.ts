@@ -4,7 +4,7 @@
  * how staging wakes it, and where the inline window ends.
  */
 import { runInDurableObject } from "cloudflare:test";
-import { afterEach, beforeEach, describe, expect, it } from "vitest";
+import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
 import { backoffDelay } from "../../src/http/backoff";
 import { INLINE_GRACE_MS } from "../../src/routing/alarm";
 import {
@@ -15,6 +15,7 @@ import {
   givesUp,
   type OutboxHandlers,
 } from "../../src/routing/outbox";
+import { OutboxTable } from "../../src/routing/outbox-table";
 import type { DeliveryWork } from "../../src/routing/work";
 import { T0, restoreClock, router, setNow, unique } from "../helpers";
 
@@ -76,11 +77,22 @@ describe("outbox", () => {
         },
       }),
       async (outbox) => {
+        const errors = vi.spyOn(console, "error").mockImplementation(() => undefined);
         outbox.stage("check_a", "check", { sessionId: "ses_a" }, T0);
         await outbox.drained();
         const item = outbox.get("check_a", "check");
         expect(item).toMatchObject({ attempts: 1, dueAt: T0 + backoffDelay(1) });
         expect(item?.lastError).toContain("D1 down");
+        // The operator's log says which item failed, and why.
+        expect(errors.mock.calls.map(([line]) => JSON.parse(String(line)))).toContainEqual(
+          expect.objectContaining({
+            msg: "outbox item failed",
+            kind: "check",
+            item_id: "check_a",
+            error: expect.stringContaining("D1 down"),
+          }),
+        );
+        errors.mockRestore();
         // A second failure counts again, with a longer backoff.
         setNow(T0 + backoffDelay(1));
         await outbox.run();
@@ -155,6 +167,213 @@ describe("outbox", () => {
       },
     );
   });
+
+  it("the alarm runs what is due oldest due first, then in the order it was staged (not by id)", () => {
+    const ran: string[] = [];
+    return withOutbox(
+      (o) => ({
+        check: async (item) => {
+          ran.push(item.id);
+          o.complete(item.id);
+        },
+      }),
+      async (outbox) => {
+        outbox.stage("check_z", "check", { sessionId: "ses_z" }, T0);
+        outbox.stage("check_a", "check", { sessionId: "ses_a" }, T0);
+        outbox.stage("check_m", "check", { sessionId: "ses_m" }, T0 - 5_000);
+        await outbox.run();
+        expect(ran).toEqual(["check_m", "check_z", "check_a"]);
+      },
+      "alarm",
+    );
+  });
+
+  it("runs at most 50 items at once; the rest start as those finish", () => {
+    const held = gate();
+    let running = 0;
+    let most = 0;
+    const done: string[] = [];
+    return withOutbox(
+      (o) => ({
+        delivery: async (item) => {
+          running += 1;
+          most = Math.max(most, running);
+          await held.opened;
+          running -= 1;
+          done.push(item.id);
+          o.complete(item.id);
+        },
+      }),
+      async (outbox) => {
+        for (let i = 0; i < 60; i++) outbox.stage(`dl_${i}`, "delivery", delivery(`dl_${i}`), T0);
+        const drain = outbox.run();
+        await new Promise((resolve) => setTimeout(resolve, 0));
+        expect(running).toBe(50);
+        held.open();
+        await drain;
+        expect(most).toBe(50);
+        expect(done).toHaveLength(60);
+        expect(outbox.all("delivery")).toEqual([]);
+      },
+      "alarm",
+    );
+  });
+
+  it("an item staged again while it runs for later than its run checkpoints it keeps the sooner time", () => {
+    const delivering = gate();
+    return withOutbox(
+      (o) => ({
+        events: async (item) => {
+          delivering.reach();
+          await delivering.opened;
+          o.checkpoint(item, { dueAt: T0 + 1_000 });
+        },
+      }),
+      async (outbox) => {
+        outbox.stage("events_ses_a", "events", { sessionId: "ses_a" }, T0);
+        await delivering.reached;
+        outbox.stage("events_ses_a", "events", { sessionId: "ses_a" }, T0 + 60_000, true);
+        delivering.open();
+        await outbox.drained();
+        expect(outbox.get("events_ses_a", "events")).toMatchObject({ dueAt: T0 + 1_000 });
+      },
+    );
+  });
+
+  it("an item its handler completed before throwing stays completed: the failure does not bring it back", () =>
+    withOutbox(
+      (o) => ({
+        check: async (item) => {
+          o.complete(item.id);
+          throw new Error("failed after its work was done");
+        },
+      }),
+      async (outbox) => {
+        const errors = vi.spyOn(console, "error").mockImplementation(() => undefined);
+        outbox.stage("check_a", "check", { sessionId: "ses_a" }, T0);
+        await outbox.drained();
+        errors.mockRestore();
+        expect(outbox.get("check_a", "check")).toBeNull();
+        expect(outbox.all("check")).toEqual([]);
+      },
+    ));
+
+  it("a handler may stage more work before its first await; both complete, nothing is retried", () => {
+    const ran: string[] = [];
+    return withOutbox(
+      (o) => ({
+        check: async (item) => {
+          o.stage("events_ses_a", "events", { sessionId: "ses_a" }, T0, true);
+          ran.push(item.id);
+          o.complete(item.id);
+        },
+        events: async (item) => {
+          ran.push(item.id);
+          o.complete(item.id);
+        },
+      }),
+      async (outbox) => {
+        outbox.stage("check_a", "check", { sessionId: "ses_a" }, T0);
+        await outbox.drained();
+        expect(ran).toEqual(["check_a", "events_ses_a"]);
+        expect(outbox.all("check")).toEqual([]);
+        expect(outbox.all("events")).toEqual([]);
+      },
+    );
+  });
+
+  it("a drain that fails ends only when its items in flight have; a caller meanwhile waits and none runs twice", () => {
+    const held = gate();
+    const starts: string[] = [];
+    return withOutbox(
+      (o) => ({
+        delivery: async (item) => {
+          starts.push(item.id);
+          held.reach();
+          await held.opened;
+          o.complete(item.id);
+        },
+        check: async (item) => {
+          starts.push(item.id);
+          o.complete(item.id);
+        },
+      }),
+      async (outbox) => {
+        outbox.stage("dl_a", "delivery", delivery("dl_a"), T0);
+        await held.reached;
+        // Storage fails the drain's next look for due work (a new item wakes it).
+        const due = outbox.table.due.bind(outbox.table);
+        outbox.table.due = () => {
+          outbox.table.due = due;
+          throw new Error("storage unavailable");
+        };
+        outbox.stage("check_b", "check", { sessionId: "ses_b" }, T0);
+        await new Promise((resolve) => setTimeout(resolve, 0));
+        // The failed drain still waits for dl_a; a caller now joins it rather than starting dl_a again.
+        expect(outbox.draining).toBe(true);
+        const again = outbox.run();
+        held.open();
+        await again.catch(() => undefined);
+        await outbox.drained();
+        await outbox.run();
+        expect(starts.filter((id) => id === "dl_a")).toEqual(["dl_a"]);
+        expect(starts).toContain("check_b");
+        expect(outbox.all("delivery")).toEqual([]);
+      },
+    );
+  });
+
+  it("an events item starts while a delivery is in flight; only another events item holds it back", () => {
+    const held = gate();
+    const log: string[] = [];
+    return withOutbox(
+      (o) => ({
+        delivery: async (item) => {
+          log.push(`start ${item.id}`);
+          held.reach();
+          await held.opened;
+          o.complete(item.id);
+        },
+        events: async (item) => {
+          log.push(`start ${item.id}`);
+          o.complete(item.id);
+        },
+      }),
+      async (outbox) => {
+        outbox.stage("dl_1", "delivery", delivery("dl_1"), T0);
+        await held.reached;
+        outbox.stage("events_ses_a", "events", { sessionId: "ses_a" }, T0);
+        await new Promise((resolve) => setTimeout(resolve, 0));
+        expect(log).toEqual(["start dl_1", "start events_ses_a"]);
+        held.open();
+      },
+    );
+  });
+
+  it("all(kind) lists the items of that kind only", () =>
+    withOutbox(
+      () => ({}),
+      async (outbox) => {
+        outbox.stage("events_s", "events", { sessionId: "s" }, T0 + 1_000_000);
+        outbox.stage("dl_1", "delivery", delivery("dl_1"), T0 + 1_000_000);
+        expect(outbox.all("delivery").map((item) => item.id)).toEqual(["dl_1"]);
+        expect(outbox.all("events").map((item) => item.id)).toEqual(["events_s"]);
+        expect(outbox.all("run")).toEqual([]);
+      },
+      "alarm",
+    ));
+
+  it("refuses to drain before its handlers are registered", () =>
+    runInDurableObject(router(unique("outbox-key")), async (_instance, state) => {
+      const outbox = new Outbox({
+        sql: state.storage.sql,
+        mode: () => "alarm",
+        armBy: () => undefined,
+        waitUntil: () => undefined,
+        afterDrain: async () => undefined,
+      });
+      await expect(outbox.run()).rejects.toThrow("outbox handlers not registered");
+    }));
 
   it("runs one events item at a time, in staged order, while other kinds run beside it", () => {
     const log: string[] = [];
@@ -315,4 +534,48 @@ describe("givesUp", () => {
   ])("%s", (_name, item, now, expected) => {
     expect(givesUp(item, now)).toBe(expected);
   });
+});
+
+describe("the outbox table", () => {
+  it("an outbox written before seq and session_id existed gains both; its hand-offs learn their session", () =>
+    runInDurableObject(router(unique("outbox-key")), async (_instance, state) => {
+      const sql = state.storage.sql;
+      sql.exec(`DROP TABLE IF EXISTS outbox`);
+      sql.exec(`CREATE TABLE outbox (
+        id TEXT PRIMARY KEY, kind TEXT NOT NULL, payload TEXT NOT NULL, due_at INTEGER NOT NULL,
+        attempts INTEGER NOT NULL DEFAULT 0, last_error TEXT, created_at INTEGER NOT NULL) WITHOUT ROWID`);
+      sql.exec(
+        `INSERT INTO outbox (id, kind, payload, due_at, created_at) VALUES (?, 'run', ?, ?, ?)`,
+        "run_old",
+        JSON.stringify({ runId: "run_old", sessionId: "ses_old" }),
+        T0,
+        T0,
+      );
+      const table = new OutboxTable(sql);
+      expect(sql.exec(`SELECT id, seq, session_id FROM outbox`).toArray()).toEqual([
+        { id: "run_old", seq: 0, session_id: "ses_old" },
+      ]);
+      // New items are ordered after the old one.
+      table.add({
+        id: "run_new",
+        kind: "check",
+        payload: { sessionId: "ses_new" },
+        dueAt: T0,
+        attempts: 0,
+        lastError: null,
+        createdAt: T0,
+      });
+      expect(table.due(T0).map((item) => item.id)).toEqual(["run_old", "run_new"]);
+    }));
+
+  it("a row of an unknown kind is refused with its id and kind named, not guessed at", () =>
+    runInDurableObject(router(unique("outbox-key")), async (_instance, state) => {
+      const table = new OutboxTable(state.storage.sql);
+      state.storage.sql.exec(
+        `INSERT INTO outbox (id, kind, payload, due_at, created_at) VALUES ('odd_1', 'fax', '{}', ?, ?)`,
+        T0,
+        T0,
+      );
+      expect(() => table.get("odd_1")).toThrow("outbox item odd_1 has an unknown kind fax");
+    }));
 });
