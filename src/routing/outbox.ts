@@ -63,6 +63,8 @@ export class Outbox {
   private activeDrain: Promise<void> | null = null;
   /** Wakes the running drain so newly staged work starts without waiting. */
   private wakeDrain: (() => void) | null = null;
+  /** A wake came while the drain was between looks: it looks again before waiting. */
+  private wakeMissed = false;
 
   constructor(private readonly deps: OutboxDeps) {
     this.table = new OutboxTable(deps.sql);
@@ -115,7 +117,7 @@ export class Outbox {
       this.kick();
     } else {
       this.deps.armBy(dueAt, now);
-      this.wakeDrain?.();
+      this.wake();
     }
   }
 
@@ -153,8 +155,18 @@ export class Outbox {
 
   /** Starts draining in the background, or wakes the drain already running. */
   kick(): void {
-    if (this.activeDrain) this.wakeDrain?.();
+    if (this.activeDrain) this.wake();
     else this.deps.waitUntil(this.run());
+  }
+
+  /**
+   * Wakes the running drain. Between two looks for due work (a handler's first steps
+   * run inside the loop) nothing waits to be woken yet: the drain is told to look
+   * again before it waits.
+   */
+  private wake(): void {
+    if (this.wakeDrain) this.wakeDrain();
+    else this.wakeMissed = true;
   }
 
   /**
@@ -163,14 +175,14 @@ export class Outbox {
    */
   run(): Promise<void> {
     if (this.activeDrain) {
-      this.wakeDrain?.();
+      this.wake();
       return this.activeDrain;
     }
     this.activeDrain = (async () => {
       try {
         // Yield once first, so that activeDrain is set before any handler runs: a
-        // handler staging work before its first await then wakes this drain rather
-        // than starting a second one beside it (which would run its own item again).
+        // handler staging work before its first await then wakes this drain (wake)
+        // rather than starting a second one beside it (which would run its item again).
         await Promise.resolve();
         await this.drain();
       } finally {
@@ -202,6 +214,7 @@ export class Outbox {
     const running = new Map<string, { kind: OutboxKind; done: Promise<void> }>();
     try {
       for (;;) {
+        this.wakeMissed = false;
         const now = clockNow();
         if (now - started < DRAIN_WINDOW_MS) {
           for (const item of this.table.due(now)) {
@@ -224,6 +237,7 @@ export class Outbox {
           }
         }
         if (running.size === 0) return;
+        if (this.wakeMissed) continue;
         const woken = new Promise<void>((resolve) => (this.wakeDrain = resolve));
         await Promise.race([woken, ...[...running.values()].map((r) => r.done)]);
         this.wakeDrain = null;

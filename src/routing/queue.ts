@@ -84,7 +84,8 @@ export class Queue {
     const { waiting, db } = this.ctx;
     if (waiting.count() === 0) return;
     for (const row of waiting.all().filter((r) => !r.confirmed)) {
-      const [seen] = await db.batch(selectDedupe(row.message.platform, row.eventId, now));
+      // Asked on the day the mark was written (the message's): a late alarm still finds it.
+      const [seen] = await db.batch(selectDedupe(row.message.platform, row.eventId, row.message.receivedAt));
       const mark = seen[0];
       if (mark?.session_id && mark.run_id === null) waiting.confirm(row.eventId, mark.session_id);
       else waiting.remove([row.eventId]);

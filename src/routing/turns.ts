@@ -171,16 +171,21 @@ export class Turns {
    */
   private async storedIn(runId: string, message: RunWork["message"]): Promise<string | null> {
     const { db } = this.ctx;
-    // Asked on the day the mark was written (the message's), not today's: a hand-off
-    // retried past midnight, or by a late alarm, still finds it.
-    const [[mark]] = await db.batch(selectDedupe(message.platform, message.eventId, message.receivedAt));
-    if (mark) return mark.run_id === runId ? mark.session_id : null;
-    // No mark: never stored, or stored so long ago that the sweep removed it. Only a
-    // stored message's hand-off has a run row (written at its first attempt, kept for
-    // an operator's retry), so one confirms it, in the session D1 has it in now; whether
-    // the run is still owed is for beginRun to say.
-    const [[run]] = await db.batch(selectRun(db, runId));
-    return run?.sessionId ?? null;
+    // The mark is asked on the day it was written (the message's), not today's: a
+    // hand-off retried past midnight, or by a late alarm, still finds it.
+    const [[mark], [run]] = await db.batch(
+      selectDedupe(message.platform, message.eventId, message.receivedAt),
+      selectRun(db, runId),
+    );
+    // The message went out with another run (or is a command's).
+    if (mark && (mark.run_id !== runId || !mark.session_id)) return null;
+    // Only a stored message's hand-off has a run row (written at its first attempt,
+    // kept for an operator's retry): it confirms the item even once the sweep removed
+    // the mark, and names the session the run belongs to now (a rotation moved it on
+    // from the one its message was stored in). Whether the run is still owed is for
+    // beginRun to say.
+    if (run) return run.sessionId;
+    return mark?.session_id ?? null;
   }
 
   /** Makes the run its session's current run; false when its session ended before the hand-off. */
@@ -198,7 +203,9 @@ export class Turns {
       ...carryStatements(work),
     );
     const run = runs[0];
-    return !!run && run.revokedReason === null && run.finishedAt === null;
+    // A failed run is the operator's to retry (which clears failed_at first): an item
+    // left behind by a crash after its dead letter is not handed over again.
+    return !!run && run.revokedReason === null && run.finishedAt === null && run.failedAt === null;
   }
 
   /** A run and the session it belongs to now (a rotation moves runs to the continuation). */

@@ -4,9 +4,11 @@
  * continuation keeps watching the lease of a run the agent accepted with 202.
  */
 import { runInDurableObject } from "cloudflare:test";
+import { env } from "cloudflare:workers";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import {
   T0,
+  adminFetch,
   alarmOf,
   genericKey,
   messagesOf,
@@ -19,7 +21,7 @@ import {
   unique,
   useConfig,
 } from "../helpers";
-import { BoundedSet } from "../../src/routing/bounded-set";
+import { SessionRouter } from "../../src/routing/router";
 import { accepted, agentApi, agentConfig, CONCURRENT, fakeServices, replyWith } from "./support";
 
 const MINUTE = 60_000;
@@ -52,6 +54,15 @@ async function rotateWithTwoStaged(chat: string) {
   return { key, parent, continuation: rotated.body.session_id as string };
 }
 
+/** A new instance of the routing object over the same storage (nothing kept in memory) fires its alarm. */
+async function alarmAfterRestart(key: string): Promise<void> {
+  await runInDurableObject(router(key), async (_instance, state) => {
+    const fresh = new SessionRouter(state, env);
+    await fresh.alarm();
+    await fresh.drained();
+  });
+}
+
 const callFor = (text: string) => services.agentCalls().find((call) => call.json.message.text === text)?.json;
 
 describe("a hand-off staged before a rotation", () => {
@@ -75,13 +86,36 @@ describe("a hand-off staged before a rotation", () => {
     const { key, parent, continuation } = await rotateWithTwoStaged(unique("chat"));
     // A restart forgets which staged runs were confirmed: the next hand-off checks D1's
     // dedupe mark, which names the parent, where the message is stored.
-    await runInDurableObject(router(key), (instance) => {
-      (instance as unknown as { confirmedRuns: BoundedSet }).confirmedRuns = new BoundedSet(16);
-    });
     answer = () => replyWith("answer to two");
-    await runAlarm(key);
+    await alarmAfterRestart(key);
     expect(callFor("two")?.session).toMatchObject({ id: continuation, parent_id: parent });
     expect((await messagesOf(continuation)).map((m) => m.text)).toEqual(["answer to two"]);
+  });
+
+  it("retried by the operator after failing there, it still names the continuation after a restart", async () => {
+    useConfig(agentConfig({ ...CONCURRENT, SESSION_RESET: JSON.stringify({ mode: "none" }) }));
+    const { key, parent, continuation } = await rotateWithTwoStaged(unique("chat"));
+    const one = services.agentCalls()[0]!.json;
+    expect((await agentApi(`/v1/runs/${one.run_id}/reply`, one.run_token, { text: "to one" })).status).toBe(200);
+    answer = () => new Response("down", { status: 503 });
+    await runAlarm(key);
+    setNow(T0 + 24 * 60 * MINUTE + 1_000);
+    await runAlarm(key);
+    const two = callFor("two")!;
+    const failed = await env.DB.prepare(`SELECT session_id, failed_at FROM runs WHERE id = ?`)
+      .bind(two.run_id)
+      .first<any>();
+    expect(failed).toEqual({ session_id: continuation, failed_at: T0 + 24 * 60 * MINUTE + 1_000 });
+    // The retry's first attempt fails too; then the object restarts. The dedupe mark
+    // names the parent, where "two" is stored; the run belongs to the continuation.
+    expect((await adminFetch(`/admin/runs/${two.run_id}/retry`, { method: "POST" })).status).toBe(200);
+    await router(key).drained();
+    answer = () => replyWith("answer to two");
+    setNow(T0 + 24 * 60 * MINUTE + 10 * MINUTE);
+    await alarmAfterRestart(key);
+    const retried = services.agentCalls().at(-1)!.json;
+    expect(retried).toMatchObject({ run_id: two.run_id, session: { id: continuation, parent_id: parent } });
+    expect((await messagesOf(continuation)).map((m) => m.text)).toContain("answer to two");
   });
 
   it("holds the continuation open past its deadline while it is retried (invariant 6)", async () => {

@@ -250,6 +250,32 @@ describe("a hand-off retried by a restarted object", () => {
     expect(await router(key).outbox()).toEqual([]);
   });
 
+  it("left behind by a crash after its dead letter, it is not handed over again: the run stays failed for the operator", async () => {
+    useConfig(agentConfig({ HOOK_URLS: "", SESSION_RESET: JSON.stringify({ mode: "none" }) }));
+    outbound = captureFetch((request) => {
+      if (request.url === AGENT_URL) return new Response("down", { status: 503 });
+      throw new Error(`unexpected ${request.url}`);
+    });
+    const chat = unique("chat");
+    const key = genericKey(chat);
+    await send({ chat_id: chat });
+    await runAlarm(key);
+    const staged = await runInDurableObject(router(key), (_instance, state) =>
+      new RouterStorage(state.storage.sql).all().find((item) => item.kind === "run"),
+    );
+    setNow(T0 + DAY + 1_000);
+    await runAlarm(key);
+    expect(calls(AGENT_URL)).toHaveLength(2);
+    // The object died after the dead letter's batch and before the item left the outbox.
+    await runInDurableObject(router(key), (_instance, state) => new RouterStorage(state.storage.sql).add(staged!));
+    setNow(T0 + DAY + 60_000);
+    await alarmAfterRestart(key);
+    expect(calls(AGENT_URL)).toHaveLength(2);
+    expect((await router(key).outbox()).filter((item) => item.kind === "run")).toEqual([]);
+    const run = await env.DB.prepare(`SELECT failed_at FROM runs WHERE id = ?`).bind(staged!.id).first<any>();
+    expect(run).toEqual({ failed_at: T0 + DAY + 1_000 });
+  });
+
   it("an operator's retry is handed over after a restart even once the sweep removed the message's dedupe mark", async () => {
     useConfig(agentConfig({ HOOK_URLS: "", SESSION_RESET: JSON.stringify({ mode: "none" }) }));
     let agentUp = false;

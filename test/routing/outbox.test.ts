@@ -258,13 +258,15 @@ describe("outbox", () => {
       },
     ));
 
-  it("a handler may stage more work before its first await; both complete, nothing is retried", () => {
+  it("a handler may stage more work before its first await: it starts at once, runs once, nothing is retried", () => {
+    const held = gate();
     const ran: string[] = [];
     return withOutbox(
       (o) => ({
         check: async (item) => {
           o.stage("events_ses_a", "events", { sessionId: "ses_a" }, T0, true);
           ran.push(item.id);
+          await held.opened;
           o.complete(item.id);
         },
         events: async (item) => {
@@ -274,6 +276,10 @@ describe("outbox", () => {
       }),
       async (outbox) => {
         outbox.stage("check_a", "check", { sessionId: "ses_a" }, T0);
+        await new Promise((resolve) => setTimeout(resolve, 0));
+        // The events item did not wait for the check item still in flight.
+        expect(ran).toEqual(["check_a", "events_ses_a"]);
+        held.open();
         await outbox.drained();
         expect(ran).toEqual(["check_a", "events_ses_a"]);
         expect(outbox.all("check")).toEqual([]);

@@ -477,6 +477,29 @@ describe("waiting messages survive a restart of the routing object", () => {
     ]);
   });
 
+  it("a stored message left unconfirmed is still carried when the alarm comes two calendar days later", async () => {
+    useConfig(overlapConfig({ SESSION_RESET: JSON.stringify({ mode: "none" }) }));
+    services = fake((request) => (request.json.message.text === "one" ? accepted() : replyWith("ok")));
+    const storedAt = Date.UTC(2031, 0, 15, 23, 50);
+    setNow(storedAt);
+    const chat = unique("chat");
+    const key = genericKey(chat);
+    const one = await send({ chat_id: chat, text: "one" });
+    await runAlarm(key);
+    setNow(storedAt + 1);
+    await send({ chat_id: chat, text: "two" });
+    // What a kill between the batch and its confirmation leaves: D1 stored "two", the row is unconfirmed.
+    await runInDurableObject(router(key), (_instance, state) => {
+      state.storage.sql.exec(`UPDATE overlap_waiting SET confirmed = 0`);
+    });
+    // Run one's owner went silent; the alarm comes late, at 00:05 on the 17th.
+    setNow(storedAt + 24 * 60 * MINUTE + 15 * MINUTE);
+    await runAlarm(key);
+    await router(key).drained();
+    expect(callTexts()).toEqual([["one"], ["two"]]);
+    expect((await carriedTexts(one.body.session_id)).find(([text]) => text === "two")).toEqual(["two", ["two"], null]);
+  });
+
   it("a message staged to wait whose batch never reached D1 is dropped, not handed over", async () => {
     services = fake(() => replyWith("ok"));
     const chat = unique("chat");
