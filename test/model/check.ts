@@ -130,8 +130,14 @@ function checkEvents(m: Model, snap: Snapshot): void {
     const all = session.ends.map((e) => e.reason);
     // An end made by SQL is owed its own event only if the row still shows it once the
     // gateway looked: one it promoted or reopened at that look is reported as it stands.
+    // An event's id is its session, reason and time: the same end made twice in one
+    // millisecond (an end, a message reopening the row, the same end again) is one event.
     const required = session.ends.filter(
-      (e, i) => !e.bySql || (!e.optional && (i < session.ends.length - 1 || !session.unnoticed)),
+      (e, i) =>
+        (!e.bySql || (!e.optional && (i < session.ends.length - 1 || !session.unnoticed))) &&
+        !session.ends.some(
+          (earlier, j) => j < i && !e.bySql && !earlier.bySql && earlier.reason === e.reason && earlier.at === e.at,
+        ),
     );
     const pool = [...ended];
     for (const end of required) {

@@ -643,7 +643,7 @@ class Rotate extends RunCommand {
         if (!row || m.sessions.has(id)) fail("rotation", `continuation ${id} not fresh in D1`);
         // The continuation takes the conversation on: last activity, notice, current and unfinished runs.
         target.endReason = "compression";
-        target.ends.push({ reason: "compression", bySql: false });
+        target.ends.push({ reason: "compression", bySql: false, at: m.now });
         const continuation = m.addSession(target.key, id, row.started_at, {
           parentId: target.id,
           lastActiveAt: target.lastActiveAt,

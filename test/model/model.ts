@@ -65,6 +65,8 @@ export interface MMessage {
 
 export interface MEnd {
   reason: string;
+  /** The model's clock at the end (the gateway names an end's event by session, reason and time). */
+  at: number;
   /** Ended out of band (SQL): its events are owed only once the gateway looked. */
   bySql: boolean;
   /**
@@ -322,7 +324,7 @@ export class Model {
     const last = session.ends.at(-1);
     if (last?.bySql) last.optional = true;
     session.endReason = reason;
-    session.ends.push({ reason, bySql });
+    session.ends.push({ reason, bySql, at: this.now });
     session.unnoticed = bySql;
     this.mustSettle.delete(session.id);
     if (!wasLive) return;
