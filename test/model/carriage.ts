@@ -60,7 +60,8 @@ export function adoptStored(m: Model, runs: MRun[], rows: Map<string, D1Message>
           UNFINISHED.has(run.state) ||
           ["limbo", "waiting", "waitEnded"].includes(run.state) ||
           run.fromLimbo ||
-          run.heldByObject,
+          run.heldByObject ||
+          run.revokedByEndAt === m.now,
       ),
   );
   // Storing the message (the reopen's batch, or the fresh session's) made the object drop those runs.

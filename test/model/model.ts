@@ -161,6 +161,13 @@ export interface MRun {
    * batch, the next fresh session, an alarm), so a message may wait behind it once.
    */
   heldByObject?: boolean;
+  /**
+   * When an end made by the gateway revoked it while it was unfinished (accepted, or
+   * its hand-off in the outbox). A message whose own request made that end (a fresh
+   * session past the deadline) is judged by the object against its record of the
+   * run, from before D1 answered: it may wait behind it once.
+   */
+  revokedByEndAt?: number;
   /** D1 showed its not_dispatched (counted once). */
   seenDropped?: boolean;
   reset: { reason: string; had_activity: boolean; previous_session_id: string } | null;
@@ -336,6 +343,8 @@ export class Model {
       }
       if (bySql && (run.state === "accepted" || ((run.state === "staged" || run.state === "retrying") && run.runId)))
         run.heldByObject = true;
+      if (!bySql && (run.state === "accepted" || run.state === "staged" || run.state === "retrying"))
+        run.revokedByEndAt = this.now;
       if (run.state === "staged" || run.state === "retrying") run.state = run.runId ? "revoked" : "limbo";
       if (run.state === "accepted" || run.state === "revoked") {
         run.state = "revoked";
