@@ -4,7 +4,7 @@ import { env, exports } from "cloudflare:workers";
 import { expect, vi } from "vitest";
 import { overrideConfigForTests } from "../src/config";
 import { hmacSha256Hex } from "../src/crypto";
-import type { SessionRouter } from "../src/routing/router";
+import { SessionRouter } from "../src/routing/router";
 
 export const GENERIC_SECRET = "test-generic-secret";
 export const ADMIN_TOKEN = "test-admin-token";
@@ -80,6 +80,15 @@ export function router(key: string): DurableObjectStub<SessionRouter> {
 
 export async function runAlarm(key: string): Promise<boolean> {
   return runDurableObjectAlarm(router(key));
+}
+
+/** A new instance of the routing object over the same storage (nothing kept in memory, as after a restart) fires its alarm. */
+export async function alarmAfterRestart(key: string): Promise<void> {
+  await runInDurableObject(router(key), async (_instance, state) => {
+    const fresh = new SessionRouter(state, env);
+    await fresh.alarm();
+    await fresh.drained();
+  });
 }
 
 /** The alarm as the object's storage holds it. */

@@ -3,11 +3,11 @@
  * rotate): hand-offs still in the routing object's outbox move with it, and the
  * continuation keeps watching the lease of a run the agent accepted with 202.
  */
-import { runInDurableObject } from "cloudflare:test";
 import { env } from "cloudflare:workers";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import {
   T0,
+  alarmAfterRestart,
   adminFetch,
   alarmOf,
   genericKey,
@@ -21,7 +21,6 @@ import {
   unique,
   useConfig,
 } from "../helpers";
-import { SessionRouter } from "../../src/routing/router";
 import { accepted, agentApi, agentConfig, CONCURRENT, fakeServices, replyWith } from "./support";
 
 const MINUTE = 60_000;
@@ -52,15 +51,6 @@ async function rotateWithTwoStaged(chat: string) {
   const rotated = await agentApi(`/v1/sessions/${parent}/rotate`, first.run_token, { reason: "compression" });
   expect(rotated.status).toBe(200);
   return { key, parent, continuation: rotated.body.session_id as string };
-}
-
-/** A new instance of the routing object over the same storage (nothing kept in memory) fires its alarm. */
-async function alarmAfterRestart(key: string): Promise<void> {
-  await runInDurableObject(router(key), async (_instance, state) => {
-    const fresh = new SessionRouter(state, env);
-    await fresh.alarm();
-    await fresh.drained();
-  });
 }
 
 const callFor = (text: string) => services.agentCalls().find((call) => call.json.message.text === text)?.json;

@@ -9,6 +9,7 @@ import { env } from "cloudflare:workers";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import {
   HOUR,
+  alarmAfterRestart,
   T0,
   adminFetch,
   genericKey,
@@ -21,7 +22,6 @@ import {
   useConfig,
 } from "../helpers";
 import { OutboxTable as RouterStorage } from "../../src/routing/outbox-table";
-import { SessionRouter } from "../../src/routing/router";
 import { sweep } from "../../src/sweep";
 import type { RunWork } from "../../src/routing/work";
 import { AGENT_URL, REPLY_URL, agentConfig, replyWith } from "../agent/support";
@@ -221,15 +221,6 @@ describe("a run staged before a restart", () => {
 });
 
 describe("a hand-off retried by a restarted object", () => {
-  /** A new instance of the routing object over the same storage (nothing kept in memory) fires its alarm. */
-  async function alarmAfterRestart(key: string): Promise<void> {
-    await runInDurableObject(router(key), async (_instance, state) => {
-      const fresh = new SessionRouter(state, env);
-      await fresh.alarm();
-      await fresh.drained();
-    });
-  }
-
   it("first tried by a late alarm two calendar days on, it finds its message's dedupe mark on the day it was written", async () => {
     useConfig(agentConfig({ HOOK_URLS: "", SESSION_RESET: JSON.stringify({ mode: "none" }) }));
     outbound = captureFetch((request) => {
