@@ -88,7 +88,10 @@ export class OutboxTable {
     this.lastSeq = this.sql.exec<{ last: number }>(`SELECT COALESCE(MAX(seq), 0) AS last FROM outbox`).one().last;
   }
 
-  /** Adds a new item (a plain insert: an upsert costs SQLite a second row written). */
+  /**
+   * Adds a new item. A plain insert: its callers stage only fresh ids, and one that
+   * is already staged would fail loudly here rather than be overwritten unseen.
+   */
   add(item: OutboxItem): void {
     this.insert(item, "");
   }

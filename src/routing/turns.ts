@@ -19,13 +19,14 @@ import {
 } from "../db/runs";
 import type { DeliveryRow, RunRow, SessionRow } from "../db/schema";
 import { attachMessages, markEndedNotDispatched, setRunMessages } from "../db/overlap";
-import { selectDedupe, selectSession } from "../db/sessions";
+import { selectSession } from "../db/sessions";
 import { CRON_PLATFORM, isCronSession } from "../domain/cron";
 import type { ReplyTarget } from "../domain/inbound";
 import { expiryReason, liveSince, type ResetPolicy } from "../domain/reset-policy";
 import { now as clockNow } from "../clock";
 import { errorSummary, log } from "../log";
 import { metrics } from "../metrics";
+import { confirmStaged } from "./confirm";
 import { configFor, deliverable, policyFor, type RouterContext } from "./context";
 import { givesUp } from "./outbox";
 import type { OutboxItem } from "./outbox-table";
@@ -53,7 +54,7 @@ export class Turns {
   async processRun(item: OutboxItem<"run">, now: number): Promise<void> {
     const { outbox, mutex, db } = this.ctx;
     const config = configFor(this.ctx);
-    const work = await this.confirmStaged(item.payload);
+    const work = await confirmStaged(this.ctx, item.payload);
     if (!work) {
       outbox.complete(item.id);
       return;
@@ -121,71 +122,6 @@ export class Turns {
     // Recording stages the reply's delivery, which the running drain picks up next.
     await mutex.run(() => this.recordRunReply(work.runId, reply, clockNow(), true));
     outbox.complete(item.id);
-  }
-
-  /**
-   * The run as it stands once its storing has finished (under the lock, so a route
-   * call that staged it is done): its payload read again, since storing may have
-   * rewritten it (a fresh session changes `is_new` and `reset`). A run staged before
-   * this object restarted is confirmed against D1 (`storedIn`), or dropped.
-   */
-  private async confirmStaged(work: RunWork): Promise<RunWork | null> {
-    const { outbox, confirmedRuns } = this.ctx;
-    return this.ctx.mutex.run(async () => {
-      const item = outbox.get(work.runId, "run");
-      const current = item?.payload;
-      if (!item || !current) return null;
-      if (confirmedRuns.has(work.runId)) return current;
-      // A run dispatched from the waiting list carries messages D1 had already stored
-      // (each was confirmed before it left the list): nothing to ask again.
-      if (current.messages) {
-        confirmedRuns.add(work.runId);
-        return current;
-      }
-      const storedIn = await this.storedIn(work.runId, current.message);
-      if (storedIn === null) {
-        log.warn("hand-off dropped: D1 has no stored message for it", {
-          session_key: current.message.sessionKey,
-          run_id: work.runId,
-          event_id: current.message.eventId,
-        });
-        return null;
-      }
-      // A rotation moved the hand-off on from the session its message was stored in.
-      const moved = current.movedFrom?.includes(storedIn) ?? false;
-      const confirmed = moved ? current : { ...current, sessionId: storedIn };
-      // Kept as confirmed: once cached, later attempts (a retried hand-off) read the
-      // stored payload, and a session predicted from a stale entry would revoke the run.
-      if (current.sessionId !== storedIn) {
-        const again = outbox.get(work.runId, "run");
-        if (again) outbox.checkpoint(again, { payload: confirmed });
-      }
-      confirmedRuns.add(work.runId);
-      return confirmed;
-    });
-  }
-
-  /**
-   * The session D1 stored this run's message in, or null when D1 has no record of it
-   * for this run (its batch never landed, or the message went out with another run).
-   */
-  private async storedIn(runId: string, message: RunWork["message"]): Promise<string | null> {
-    const { db } = this.ctx;
-    // The mark is asked on the day it was written (the message's), not today's: a
-    // hand-off retried past midnight, or by a late alarm, still finds it.
-    const [[mark], [run]] = await db.batch(
-      selectDedupe(message.platform, message.eventId, message.receivedAt),
-      selectRun(db, runId),
-    );
-    // The message went out with another run (or is a command's).
-    if (mark && (mark.run_id !== runId || !mark.session_id)) return null;
-    // Only a stored message's hand-off has a run row (written at its first attempt,
-    // kept for an operator's retry): it confirms the item even once the sweep removed
-    // the mark, and names the session the run belongs to now (a rotation moved it on
-    // from the one its message was stored in). Whether the run is still owed is for
-    // beginRun to say.
-    if (run) return run.sessionId;
-    return mark?.session_id ?? null;
   }
 
   /** Makes the run its session's current run; false when its session ended before the hand-off. */
