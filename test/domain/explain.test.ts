@@ -3,6 +3,7 @@ import { describe, expect, it } from "vitest";
 import type { RunRow, SessionRow } from "../../src/db/schema";
 import { END_REASONS, RECOVERABLE_REASONS } from "../../src/domain/end-reasons";
 import {
+  effectivePolicy,
   explain,
   formatZoned,
   keyConversation,
@@ -11,7 +12,7 @@ import {
   type Handoff,
 } from "../../src/domain/explain";
 import { resolveOverlap } from "../../src/domain/overlap";
-import { DEFAULT_POLICY, type ResetPolicy } from "../../src/domain/reset-policy";
+import { DEFAULT_POLICY, resolvePolicy, type ResetPolicy } from "../../src/domain/reset-policy";
 
 const MINUTE = 60_000;
 const HOUR = 60 * MINUTE;
@@ -212,6 +213,41 @@ describe("would: the routing decision a message would get now", () => {
   });
 });
 
+describe("would.summary: the sentence an operator reads names the session and why", () => {
+  const idle60 = policy({ mode: "idle", idleMinutes: 60 });
+  it.each<[string, Partial<ExplainInput>, string]>([
+    ["a key never seen", { row: null }, "starts the key's first session"],
+    ["live", { row: row(), policy: idle60, now: T + MINUTE }, "stored in the live session s1"],
+    [
+      "expired",
+      { row: row(), policy: idle60, now: T + 2 * HOUR },
+      "ends s1 as idle (its deadline passed), then starts a fresh session",
+    ],
+    [
+      "recoverable",
+      { row: row({ endReason: "agent_close", endedAt: T }), policy: idle60, now: T + MINUTE },
+      "reopens s1 (ended as agent_close, recoverable, within its policy)",
+    ],
+    [
+      "a durable boundary",
+      { row: row({ endReason: "new_command", endedAt: T }), policy: idle60, now: T + MINUTE },
+      "starts a fresh session: s1 ended as new_command, a durable boundary",
+    ],
+    [
+      "held by its open run",
+      {
+        row: row({ currentRunId: "run_1" }),
+        currentRun: run(),
+        policy: policy({ mode: "idle", idleMinutes: 1 }),
+        now: T + 2 * MINUTE,
+      },
+      "stored in the live session s1: its deadline passed, but expiry waits for the turn in progress (run_1)",
+    ],
+  ])("%s", (_name, given, summary) => {
+    expect(explain(input(given)).would.summary).toBe(summary);
+  });
+});
+
 describe("deadline: idle and daily, daily in the policy's zone and in UTC", () => {
   const berlin = (at: Partial<ResetPolicy>) => policy({ mode: "daily", timeZone: "Europe/Berlin", ...at });
   const cases: {
@@ -406,6 +442,15 @@ describe("expiry waits for the turn in progress", () => {
     expect(result.would).toMatchObject({ action: "append", reason: "held" });
     expect(result.would.expire).toBeUndefined();
   });
+  it("within its deadline, a run open does not change the answer: the row is live", () => {
+    const result = explain(input({ ...expired, currentRun: run(), now: T + 30_000 }));
+    expect(result.would).toMatchObject({ action: "append", reason: "live" });
+  });
+  it("a recoverable ended row past its policy is expired even while a run of it is open: only a live row is held", () => {
+    const ended = row({ currentRunId: "run_1", lastActiveAt: T, endReason: "agent_close", endedAt: T });
+    const result = explain(input({ ...expired, row: ended, currentRun: run(), now: T + 2 * MINUTE }));
+    expect(result.would).toMatchObject({ action: "fresh", reason: "expired", expire: { session_id: "s1" } });
+  });
   it("once the run finished, the same row is expired", () => {
     const result = explain(input({ ...expired, currentRun: run({ finishedAt: T + 1 }), now: T + 2 * MINUTE }));
     expect(result.would).toMatchObject({
@@ -424,6 +469,18 @@ describe("policy and overlap sources", () => {
     ["slack", "dm", "default"],
   ])("%s %s: %s", (platform, chatType, source) => {
     expect(policySource(config, platform, chatType)).toBe(source);
+  });
+
+  it("with no per-platform or per-chat-type layer at all, the policy is the default's", () => {
+    expect(policySource({}, "telegram", "group")).toBe("default");
+  });
+
+  it("effectivePolicy: the policy the routing object resolves, with its layer", () => {
+    expect(effectivePolicy(config, "telegram", "group")).toEqual({
+      policy: resolvePolicy(config, "telegram", "group"),
+      source: "by_platform",
+    });
+    expect(effectivePolicy(config, "slack", "group").policy.atHour).toBe(5);
   });
 
   it("passes the effective overlap settings and the waiting count through", () => {

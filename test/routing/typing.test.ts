@@ -9,7 +9,7 @@
  * asserted on its exact URL and body.
  */
 import { env, runInDurableObject } from "cloudflare:test";
-import { afterEach, beforeEach, describe, expect, it } from "vitest";
+import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
 import type { RoutedMessage } from "../../src/domain/inbound";
 import { TYPING_AT_MOST_MS, TYPING_EVERY_MS } from "../../src/domain/typing";
 import { SessionRouter } from "../../src/routing/router";
@@ -56,7 +56,7 @@ const typingConfig = (extra: Record<string, string> = {}) =>
 /** The agent's answer to each hand-off (made in the routing object's context when asked). */
 let agent: (request: Captured) => Response | Promise<Response>;
 /** What Telegram answers a sendChatAction. */
-let typingAnswer: () => Response;
+let typingAnswer: () => Response | Promise<Response>;
 let outbound: ReturnType<typeof captureFetch>;
 
 beforeEach(() => {
@@ -124,6 +124,25 @@ async function alarmAt(key: string, at: number): Promise<void> {
   await router(key).drained();
 }
 
+/**
+ * What the object keeps for typing (one row per session while its run types). A run
+ * that is over leaves nothing: otherwise every ended session would leave a row that
+ * each re-arm of the alarm reads again.
+ */
+async function typingRows(key: string): Promise<string[]> {
+  return runInDurableObject(router(key), (_instance, state) =>
+    state.storage.sql
+      .exec<{ run_id: string }>(`SELECT run_id FROM typing_runs`)
+      .toArray()
+      .map((row) => row.run_id),
+  );
+}
+
+/** The warnings the object logged (one JSON line each). */
+function warnings(spy: { mock: { calls: unknown[][] } }): Record<string, unknown>[] {
+  return spy.mock.calls.map(([line]) => JSON.parse(String(line)) as Record<string, unknown>);
+}
+
 const newKey = () => `telegram:dm:${unique("chat")}`;
 const chatIdOf = () => -Math.floor(Math.random() * 1e12) - 1;
 
@@ -132,11 +151,6 @@ describe("Telegram: at dispatch, then every 4 s while the run owns its session",
     const key = newKey();
     const chatId = chatIdOf();
     await route(telegram(key, chatId));
-    console.log(
-      "DBG",
-      outbound.calls.map((c) => c.url),
-      await alarmOf(key),
-    );
     expect(agentCalls()).toHaveLength(1);
     expect(typingCalls().map((c) => [c.method, c.url, c.json])).toEqual([
       ["POST", TYPING_URL, { chat_id: chatId, action: "typing" }],
@@ -164,6 +178,7 @@ describe("Telegram: at dispatch, then every 4 s while the run owns its session",
     expect(typingCalls()).toHaveLength(3);
     expect(typingCalls().every((c) => indexOf(c) < indexOf(reply))).toBe(true);
     expect(await alarmOf(key)).not.toBe(T0 + 6 * TYPING_EVERY_MS);
+    expect(await typingRows(key)).toEqual([]);
   });
 
   it("in a forum topic, with its message_thread_id", async () => {
@@ -197,6 +212,9 @@ describe("Telegram: at dispatch, then every 4 s while the run owns its session",
       // alarm: the alarm hands the run over; inline: the request did, in its background.
       if (drain === "alarm") await runAlarm(key);
       await called;
+      // The alarm is brought forward for the next call while the hand-off still waits
+      // (the drain re-arms only when it ends, which may be long after).
+      expect(await alarmOf(key)).toBe(T0 + TYPING_EVERY_MS);
       for (const at of [1, 2, 3]) {
         setNow(T0 + at * TYPING_EVERY_MS);
         // Returns while the hand-off is still waiting for the agent.
@@ -227,6 +245,95 @@ describe("Telegram: at dispatch, then every 4 s while the run owns its session",
     await alarmAt(key, T0 + TYPING_EVERY_MS);
     expect(typingCalls()).toHaveLength(2);
   });
+
+  it("the operator's log says which run's typing failed, and why (an error answer or a call that threw)", async () => {
+    const warn = vi.spyOn(console, "warn").mockImplementation(() => undefined);
+    typingAnswer = () => Response.json({ ok: false, error_code: 403, description: "blocked" }, { status: 403 });
+    const key = newKey();
+    const sessionId = await route(telegram(key, chatIdOf()));
+    const runId = agentCalls()[0]!.json.run_id as string;
+    expect(warnings(warn)).toContainEqual(
+      expect.objectContaining({
+        level: "warn",
+        msg: "typing call failed (not retried)",
+        session_id: sessionId,
+        run_id: runId,
+        platform: "telegram",
+        status: 403,
+      }),
+    );
+    warn.mockClear();
+    typingAnswer = () => {
+      throw new Error("connection reset");
+    };
+    await alarmAt(key, T0 + TYPING_EVERY_MS);
+    expect(typingCalls()).toHaveLength(2);
+    expect(warnings(warn)).toContainEqual(
+      expect.objectContaining({
+        msg: "typing call failed (not retried)",
+        run_id: runId,
+        platform: "telegram",
+        error: expect.stringContaining("connection reset"),
+      }),
+    );
+    warn.mockRestore();
+  });
+
+  it("the alarm ends only once its typing call has its answer (never left running with nothing waiting on it)", async () => {
+    const key = newKey();
+    await route(telegram(key, chatIdOf()));
+    let release!: () => void;
+    const released = new Promise<void>((resolve) => (release = resolve));
+    let reached!: () => void;
+    const called = new Promise<void>((resolve) => (reached = resolve));
+    typingAnswer = () => {
+      reached();
+      return released.then(() => Response.json({ ok: true, result: true }));
+    };
+    setNow(T0 + TYPING_EVERY_MS);
+    let alarmEnded = false;
+    const alarm = runAlarm(key).then(() => (alarmEnded = true));
+    await called;
+    await new Promise((resolve) => setTimeout(resolve, 50));
+    expect(alarmEnded).toBe(false);
+    release();
+    await alarm;
+    expect(await alarmOf(key)).toBe(T0 + 2 * TYPING_EVERY_MS);
+  });
+
+  it("a hand-off retried after the agent was down keeps typing from its first dispatch: the 10 minutes count from there", async () => {
+    let attempts = 0;
+    agent = () =>
+      ++attempts === 1 ? new Response("busy", { status: 503, headers: { "retry-after": "120" } }) : accepted();
+    const key = newKey();
+    await route(telegram(key, chatIdOf()));
+    expect(typingCalls()).toHaveLength(1);
+    // Typing goes on while the hand-off waits for its retry.
+    await alarmAt(key, T0 + TYPING_EVERY_MS);
+    expect(typingCalls()).toHaveLength(2);
+    // The retry, two minutes on, is accepted: no new dispatch time, no extra call.
+    await alarmAt(key, T0 + 120_000);
+    expect(agentCalls()).toHaveLength(2);
+    expect(typingCalls()).toHaveLength(3);
+    await alarmAt(key, T0 + TYPING_AT_MOST_MS);
+    expect(typingCalls()).toHaveLength(4);
+    await alarmAt(key, T0 + TYPING_AT_MOST_MS + TYPING_EVERY_MS);
+    await alarmAt(key, T0 + TYPING_AT_MOST_MS + 2 * TYPING_EVERY_MS);
+    expect(typingCalls()).toHaveLength(4);
+  });
+
+  it("a rotation while the run types: typing goes on in the continuation", async () => {
+    const key = newKey();
+    const parent = await route(telegram(key, chatIdOf()));
+    const run = agentCalls()[0]!.json;
+    setNow(T0 + 1_000);
+    const rotated = await agentApi(`/v1/sessions/${parent}/rotate`, run.run_token, { reason: "compression" });
+    expect(rotated.status).toBe(200);
+    await alarmAt(key, T0 + TYPING_EVERY_MS);
+    expect(typingCalls()).toHaveLength(2);
+    await alarmAt(key, T0 + 2 * TYPING_EVERY_MS);
+    expect(typingCalls()).toHaveLength(3);
+  });
 });
 
 describe("Telegram: it stops when the run loses its session", () => {
@@ -239,6 +346,7 @@ describe("Telegram: it stops when the run loses its session", () => {
     await route(telegram(key, chatId, null, "/stop"));
     for (const at of [1, 2]) await alarmAt(key, T0 + at * TYPING_EVERY_MS);
     expect(typingCalls()).toHaveLength(1);
+    expect(await typingRows(key)).toEqual([]);
   });
 
   it("none for a run an interrupt revoked: only its replacement types", async () => {
@@ -276,6 +384,7 @@ describe("Telegram: it stops when the run loses its session", () => {
     expect((await sessionRow(sessionId))?.end_reason).toBe("orphan_reap");
     for (const at of [2, 3]) await alarmAt(key, T0 + at * TYPING_EVERY_MS);
     expect(typingCalls()).toHaveLength(2);
+    expect(await typingRows(key)).toEqual([]);
   });
 
   /** A 202 run whose agent keeps its lease with a heartbeat at 5 minutes (so only the cap stops typing). */
@@ -325,6 +434,8 @@ describe("WhatsApp: the read receipt with typing indicator, once", () => {
     const key = `whatsapp:dm:${unique("wa")}`;
     const msg = message(key, "whatsapp", { to: "4915100079946", phone_number_id: WA_PHONE });
     await route(msg);
+    // Its one call made, nothing is kept for it while the run goes on.
+    expect(await typingRows(key)).toEqual([]);
     for (const at of [1, 2, 3]) await alarmAt(key, T0 + at * TYPING_EVERY_MS);
     const sent = outbound.calls.filter((c) => c.url.startsWith(WA_API));
     expect(sent.map((c) => [c.method, c.url, c.headers.authorization, c.json])).toEqual([
@@ -348,5 +459,28 @@ describe("Slack, Discord and generic: no typing call", () => {
     await route(message(key, platform, replyTo));
     for (const at of [1, 2]) await alarmAt(key, T0 + at * TYPING_EVERY_MS);
     expect(outbound.calls.map((c) => c.url)).toEqual([AGENT_URL]);
+    expect(await typingRows(key)).toEqual([]);
+  });
+
+  it("with nothing to type, the alarm that hands a run over ends only with the hand-off", async () => {
+    let release!: () => void;
+    const released = new Promise<void>((resolve) => (release = resolve));
+    let reached!: () => void;
+    const called = new Promise<void>((resolve) => (reached = resolve));
+    agent = async () => {
+      reached();
+      await released;
+      return accepted();
+    };
+    const key = `generic:dm:${unique("chat")}`;
+    expect((await router(key).route(message(key, "generic", {}))).status).toBe(200);
+    let alarmEnded = false;
+    const alarm = runAlarm(key).then(() => (alarmEnded = true));
+    await called;
+    await new Promise((resolve) => setTimeout(resolve, 50));
+    expect(alarmEnded).toBe(false);
+    release();
+    await alarm;
+    expect(alarmEnded).toBe(true);
   });
 });
