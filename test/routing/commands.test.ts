@@ -1,0 +1,184 @@
+/**
+ * The chat commands (`/new`, `/reset`, `/stop`) as a user and an operator see them,
+ * beyond the end-to-end cases in echo-and-commands.test.ts: the answer each one
+ * gives in the chat, the counters, a turn in progress holding an expired session
+ * open, what the fresh session records of the one it replaced, a D1 failure that
+ * changes nothing, and the hooks a command owes.
+ */
+import { afterEach, beforeEach, describe, expect, it } from "vitest";
+import { injectD1Fault } from "../../src/db/client";
+import { COMMAND_REPLIES } from "../../src/domain/commands";
+import { metrics } from "../../src/metrics";
+import { AGENT_URL, accepted, agentConfig } from "../agent/support";
+import {
+  MINUTE,
+  T0,
+  captureFetch,
+  genericKey,
+  router,
+  runAlarm,
+  send,
+  sessionRow,
+  sessionsOfKey,
+  setNow,
+  restoreClock,
+  unique,
+  useConfig,
+  type Captured,
+} from "../helpers";
+
+const REPLY_URL = "https://client.test/replies";
+const HOOK_URL = "https://hooks.test/events";
+let outbound: { calls: Captured[]; restore: () => void };
+
+beforeEach(() => {
+  setNow(T0);
+  useConfig({ SESSION_RESET: JSON.stringify({ mode: "idle", idle_minutes: 60 }), GENERIC_REPLY_URL: REPLY_URL });
+  outbound = captureFetch((request) => {
+    if (request.url === REPLY_URL || request.url === HOOK_URL) return new Response("ok");
+    if (request.url === AGENT_URL) return accepted();
+    throw new Error(`unexpected outbound request to ${request.url}`);
+  });
+});
+afterEach(() => {
+  injectD1Fault(null);
+  outbound.restore();
+  restoreClock();
+  useConfig(null);
+});
+
+/** The command answers sent to the chat, in order. */
+const chatAnswers = () => outbound.calls.filter((c) => c.url === REPLY_URL).map((c) => c.json.text as string);
+
+describe("the answer in the chat", () => {
+  it("/stop of a live session says it stopped; a second /stop says there is nothing to stop", async () => {
+    const chat = unique("chat");
+    const key = genericKey(chat);
+    const first = await send({ chat_id: chat, text: "work" });
+    await runAlarm(key);
+    outbound.calls.length = 0;
+    const stop = await send({ chat_id: chat, text: "/stop" });
+    const again = await send({ chat_id: chat, text: "/stop" });
+    expect(again.body.session_id).toBe(first.body.session_id);
+    await runAlarm(key);
+    expect(chatAnswers()).toEqual([COMMAND_REPLIES.stopped, COMMAND_REPLIES.nothingToStop]);
+    expect(stop.body.session_id).toBe(first.body.session_id);
+    expect(await sessionsOfKey(key)).toHaveLength(1);
+  });
+
+  it("/stop on a key never seen starts nothing and names no session", async () => {
+    const chat = unique("chat");
+    const key = genericKey(chat);
+    const stop = await send({ chat_id: chat, text: "/stop" });
+    expect(stop.status).toBe(200);
+    expect(stop.body.session_id).toBeNull();
+    await runAlarm(key);
+    expect(await sessionsOfKey(key)).toEqual([]);
+    // No session to answer in: nothing is owed to the chat.
+    expect(chatAnswers()).toEqual([]);
+  });
+
+  it("/new answers that a new session started", async () => {
+    const chat = unique("chat");
+    await send({ chat_id: chat, text: "/new" });
+    await runAlarm(genericKey(chat));
+    expect(chatAnswers()).toEqual([COMMAND_REPLIES.started]);
+  });
+});
+
+describe("what the fresh session records of the one it replaced", () => {
+  it("whether the replaced session had any messages", async () => {
+    const chat = unique("chat");
+    await send({ chat_id: chat, text: "hello" });
+    const afterActivity = await send({ chat_id: chat, text: "/new" });
+    const afterNothing = await send({ chat_id: chat, text: "/new" });
+    expect(await sessionRow(afterActivity.body.session_id)).toMatchObject({
+      reset_reason: "new_command",
+      reset_had_activity: 1,
+    });
+    expect(await sessionRow(afterNothing.body.session_id)).toMatchObject({
+      reset_reason: "new_command",
+      reset_had_activity: 0,
+      previous_session_id: afterActivity.body.session_id,
+    });
+  });
+});
+
+describe("a turn in progress holds an expired session open (invariant 6)", () => {
+  it("/new past the deadline while the agent still works ends it for the command, not by the policy", async () => {
+    useConfig(agentConfig({ SESSION_RESET: JSON.stringify({ mode: "idle", idle_minutes: 1 }) }));
+    const chat = unique("chat");
+    const first = await send({ chat_id: chat, text: "long task" });
+    await runAlarm(genericKey(chat));
+    // Two minutes on: past the idle deadline, but the accepted run's lease holds.
+    setNow(T0 + 2 * MINUTE);
+    const command = await send({ chat_id: chat, text: "/new" });
+    expect(await sessionRow(first.body.session_id)).toMatchObject({ end_reason: "new_command" });
+    expect(await sessionRow(command.body.session_id)).toMatchObject({ reset_reason: "new_command" });
+  });
+});
+
+describe("counters", () => {
+  it("count a session ended, a session created and a duplicate, each once", async () => {
+    const chat = unique("chat");
+    await send({ chat_id: chat, text: "hello" });
+    const ended = metrics.sessions_ended.suspended ?? 0;
+    const created = metrics.sessions_created;
+    const duplicates = metrics.duplicates;
+    const stop = await send({ chat_id: chat, text: "/stop" });
+    await send({ chat_id: chat, text: "/stop" });
+    await send({ chat_id: chat, text: "/stop", event_id: stop.eventId });
+    expect(metrics.sessions_ended.suspended).toBe(ended + 1);
+    expect(metrics.duplicates).toBe(duplicates + 1);
+    expect(metrics.sessions_created).toBe(created);
+    await send({ chat_id: chat, text: "/new" });
+    expect(metrics.sessions_created).toBe(created + 1);
+  });
+});
+
+describe("D1 failing", () => {
+  it("the command is answered 5xx, changes nothing and owes no answer; its retry is answered once", async () => {
+    const chat = unique("chat");
+    const key = genericKey(chat);
+    const first = await send({ chat_id: chat, text: "hello" });
+    await runAlarm(key);
+    outbound.calls.length = 0;
+    const fault = injectD1Fault({ match: (sql) => sql.some((s) => s.includes("INSERT INTO deliveries")), index: -1 });
+    const failed = await send({ chat_id: chat, text: "/new" });
+    expect(fault.hits()).toBe(1);
+    expect(failed.status).toBeGreaterThanOrEqual(500);
+    expect(await sessionRow(first.body.session_id)).toMatchObject({ end_reason: null });
+    expect(await sessionsOfKey(key)).toHaveLength(1);
+    expect((await router(key).outbox()).filter((item) => item.kind === "delivery")).toEqual([]);
+    const retried = await send({ chat_id: chat, text: "/new", event_id: failed.eventId });
+    expect(retried.status).toBe(200);
+    await runAlarm(key);
+    expect(chatAnswers()).toEqual([COMMAND_REPLIES.started]);
+    expect(await sessionsOfKey(key)).toHaveLength(2);
+  });
+});
+
+describe("hooks", () => {
+  it("/new sends the replaced session's end and the fresh session's start", async () => {
+    useConfig({
+      SESSION_RESET: JSON.stringify({ mode: "idle", idle_minutes: 60 }),
+      GENERIC_REPLY_URL: REPLY_URL,
+      HOOK_URLS: HOOK_URL,
+      HOOK_SECRET: "hook-secret",
+    });
+    const chat = unique("chat");
+    const key = genericKey(chat);
+    const first = await send({ chat_id: chat, text: "hello" });
+    await runAlarm(key);
+    await router(key).drained();
+    outbound.calls.length = 0;
+    const command = await send({ chat_id: chat, text: "/new" });
+    await runAlarm(key);
+    await router(key).drained();
+    const events = outbound.calls
+      .filter((c) => c.url === HOOK_URL)
+      .map((c) => [c.json.type, c.json.session_id ?? c.json.session?.id]);
+    expect(events).toContainEqual(["session.ended", first.body.session_id]);
+    expect(events).toContainEqual(["session.started", command.body.session_id]);
+  });
+});
