@@ -12,7 +12,7 @@ import {
   type Handoff,
 } from "../../src/domain/explain";
 import { resolveOverlap } from "../../src/domain/overlap";
-import { DEFAULT_POLICY, resolvePolicy, type ResetPolicy } from "../../src/domain/reset-policy";
+import { DEFAULT_POLICY, type ResetPolicy } from "../../src/domain/reset-policy";
 
 const MINUTE = 60_000;
 const HOUR = 60 * MINUTE;
@@ -471,16 +471,20 @@ describe("policy and overlap sources", () => {
     expect(policySource(config, platform, chatType)).toBe(source);
   });
 
-  it("with no per-platform or per-chat-type layer at all, the policy is the default's", () => {
+  it("with no per-platform or per-chat-type layer at all, the source is the default", () => {
     expect(policySource({}, "telegram", "group")).toBe("default");
   });
 
   it("effectivePolicy: the policy the routing object resolves, with its layer", () => {
-    expect(effectivePolicy(config, "telegram", "group")).toEqual({
-      policy: resolvePolicy(config, "telegram", "group"),
+    expect(effectivePolicy(config, "telegram", "group")).toMatchObject({
+      // The layers merge: the platform's mode over the chat type's hour.
+      policy: { mode: "idle", atHour: 5 },
       source: "by_platform",
     });
-    expect(effectivePolicy(config, "slack", "group").policy.atHour).toBe(5);
+    expect(effectivePolicy(config, "slack", "group")).toMatchObject({
+      policy: { mode: DEFAULT_POLICY.mode, atHour: 5 },
+      source: "by_chat_type",
+    });
   });
 
   it("passes the effective overlap settings and the waiting count through", () => {

@@ -1,10 +1,10 @@
 /**
  * The alarm plan against a real Durable Object's storage: the only code that sets
  * or deletes the routing object's alarm. What it promises: an alarm is never pushed
- * back (something due never waits for a later source), it is brought forward at
- * once when work is staged (before the D1 call, so a crash in between still has its
- * alarm), it is deleted when nothing is due (an idle key costs nothing), and it
- * backs off while the live session cannot be read.
+ * back (something due never waits for a later source); `armBy` (what staging calls,
+ * before its D1 call) sets it at once, not at the request's end; it is deleted when
+ * nothing is due (an idle key costs nothing); and it backs off while the live
+ * session cannot be read.
  */
 import { runInDurableObject } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
@@ -55,6 +55,7 @@ describe("armBy: staged work brings the alarm forward at once", () => {
       await woken.load();
       woken.armBy(T0 + 8_000, T0);
       expect(await storage.getAlarm()).toBe(T0 + 1_000);
+      // What operator reads (explain's alarm_at) show.
       expect(await woken.stored()).toBe(T0 + 1_000);
     }));
 });

@@ -5,6 +5,7 @@
  * open, what the fresh session records of the one it replaced, a D1 failure that
  * changes nothing, and the hooks a command owes.
  */
+import { env } from "cloudflare:test";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { injectD1Fault } from "../../src/db/client";
 import { COMMAND_REPLIES } from "../../src/domain/commands";
@@ -74,8 +75,6 @@ describe("the answer in the chat", () => {
     expect(stop.body.session_id).toBeNull();
     await runAlarm(key);
     expect(await sessionsOfKey(key)).toEqual([]);
-    // No session to answer in: nothing is owed to the chat.
-    expect(chatAnswers()).toEqual([]);
   });
 
   it("/new answers that a new session started", async () => {
@@ -115,6 +114,11 @@ describe("a turn in progress holds an expired session open (invariant 6)", () =>
     const command = await send({ chat_id: chat, text: "/new" });
     expect(await sessionRow(first.body.session_id)).toMatchObject({ end_reason: "new_command" });
     expect(await sessionRow(command.body.session_id)).toMatchObject({ reset_reason: "new_command" });
+    // The command revoked the run it ended the session under.
+    const run = await env.DB.prepare(`SELECT revoked_reason FROM runs WHERE session_id = ?`)
+      .bind(first.body.session_id)
+      .first<{ revoked_reason: string | null }>();
+    expect(run?.revoked_reason).not.toBeNull();
   });
 });
 
