@@ -226,6 +226,8 @@ describe("GET /v1/attachments/{id} from Slack", () => {
       const before = outbound.calls.length;
       const error = await errorOf(await fetchAttachment(request.message.attachments[0].path, request.run_token));
       expect(error.status).toBe(502);
+      // The agent is told why, without the token.
+      expect(error.message).toContain("not on files.slack.com");
       expect(outbound.calls.length).toBe(before);
     });
   }
@@ -235,28 +237,34 @@ describe("GET /v1/attachments/{id} from Slack", () => {
       delete event.files[0].url_private_download;
       delete event.files[0].url_private;
     });
-    expect((await fetchAttachment(request.message.attachments[0].path, request.run_token)).status).toBe(502);
+    const error = await errorOf(await fetchAttachment(request.message.attachments[0].path, request.run_token));
+    expect(error.status).toBe(502);
+    expect(error.message).toContain("not on files.slack.com");
   });
 
-  const failures: [string, () => Response][] = [
+  const failures: [string, () => Response, string][] = [
     [
       "a sign-in page (200 text/html: the token lacks files:read)",
       () => new Response("<html>", { headers: { "content-type": "text/html; charset=utf-8" } }),
+      "files:read",
     ],
-    ["a 403", () => new Response("forbidden", { status: 403 })],
+    ["a 403", () => new Response("forbidden", { status: 403 }), "403"],
     [
       "a redirect (not followed with the token)",
       () => new Response(null, { status: 302, headers: { location: "https://evil.test/" } }),
+      "302",
     ],
-    ["a 503", () => new Response("down", { status: 503 })],
+    ["a 503", () => new Response("down", { status: 503 }), "503"],
   ];
-  for (const [what, answer] of failures) {
-    it(`answers 502 to ${what}`, async () => {
+  for (const [what, answer, why] of failures) {
+    it(`answers 502 to ${what}, saying why`, async () => {
       const { request } = await handedOff(fileShare);
       fileAnswer = answer;
       const response = await fetchAttachment(request.message.attachments[0].path, request.run_token);
       expect(response.status).toBe(502);
-      expectNoneOf(await response.text(), [BOT_TOKEN]);
+      const text = await response.text();
+      expect(JSON.parse(text).error.message).toContain(why);
+      expectNoneOf(text, [BOT_TOKEN]);
       expect(outbound.calls.filter((c) => c.url.startsWith("https://evil.test"))).toHaveLength(0);
     });
   }
