@@ -259,30 +259,37 @@ describe("GET /v1/attachments/{id} from Telegram", () => {
     expect(outbound.calls.filter((c) => c.url.includes("/file/bot"))).toHaveLength(0);
   });
 
-  const failures: [string, () => void][] = [
+  const failures: [string, () => void, string][] = [
     [
       "getFile answers 400 (file too big for the Bot API)",
       () =>
         (getFileAnswer = () =>
           Response.json({ ok: false, error_code: 400, description: "Bad Request: file is too big" }, { status: 400 })),
+      "telegram getFile: ",
     ],
-    ["getFile answers without a file_path", () => (getFileAnswer = () => Response.json({ ok: true, result: {} }))],
-    ["the download answers 404", () => (downloadAnswer = () => new Response("Not Found", { status: 404 }))],
+    [
+      "getFile answers without a file_path",
+      () => (getFileAnswer = () => Response.json({ ok: true, result: {} })),
+      "telegram getFile gave no file_path",
+    ],
+    ["the download answers 404", () => (downloadAnswer = () => new Response("Not Found", { status: 404 })), "404"],
     [
       "the download fails with an error naming its URL",
       () =>
         (downloadAnswer = () => {
           throw new TypeError(`fetch failed: ${API}/file/bot${TOKEN}/${FILE_PATH}`);
         }),
+      "telegram file download failed",
     ],
   ];
-  for (const [what, arrange] of failures) {
-    it(`answers 502 when ${what}, never echoing the token`, async () => {
+  for (const [what, arrange, why] of failures) {
+    it(`answers 502 when ${what}, saying why and never echoing the token`, async () => {
       const { request } = await handedOff(photoCaption);
       arrange();
       const response = await fetchAttachment(request.message.attachments[0].path, request.run_token);
       const text = await response.text();
       expect(response.status).toBe(502);
+      expect(JSON.parse(text).error.message).toContain(why);
       expectNoneOf(text, [TOKEN]);
     });
   }
