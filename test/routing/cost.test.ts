@@ -6,12 +6,16 @@
 import { afterEach, beforeEach, expect, it } from "vitest";
 import { metrics, resetMetrics } from "../../src/metrics";
 import { T0, genericKey, restoreClock, runAlarm, send, setNow, unique, useConfig } from "../helpers";
+import { agentConfig, fakeServices, replyWith } from "../agent/support";
 
 beforeEach(() => setNow(T0));
 
 /** A waiting message's own rows in the routing object (measured; see docs/performance.md). */
 const WAITING_OBJECT_ROWS_READ = 11;
 const WAITING_OBJECT_ROWS_WRITTEN = 4;
+/** A steady message's rows in the routing object with an external agent answering inline (measured). */
+const EXTERNAL_OBJECT_ROWS_READ = 15;
+const EXTERNAL_OBJECT_ROWS_WRITTEN = 5;
 afterEach(() => {
   restoreClock();
   useConfig(null);
@@ -129,4 +133,27 @@ it("a message that waits behind an unfinished run costs what any message costs i
   // Both messages are then carried by one run.
   await runAlarm(key);
   await runAlarm(key);
+});
+
+it("a hand-off to an external agent on a platform without typing costs the object no typing rows", async () => {
+  useConfig(agentConfig());
+  const services = fakeServices(() => replyWith("done"));
+  try {
+    const chat = unique("chat");
+    await send({ chat_id: chat, text: "first" });
+    await runAlarm(genericKey(chat));
+    resetMetrics();
+    const count = 5;
+    for (let i = 0; i < count; i++) {
+      await send({ chat_id: chat, text: `steady ${i}` });
+      await runAlarm(genericKey(chat));
+    }
+    expect(services.agentCalls()).toHaveLength(count + 1);
+    // Measured when this test was written: a typing row for a platform that has no
+    // typing call would add its lookup, insert and delete to every hand-off.
+    expect(metrics.do_rows_written).toBe(EXTERNAL_OBJECT_ROWS_WRITTEN * count);
+    expect(metrics.do_rows_read).toBe(EXTERNAL_OBJECT_ROWS_READ * count);
+  } finally {
+    services.restore();
+  }
 });
