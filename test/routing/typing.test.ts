@@ -11,6 +11,7 @@
 import { env, runInDurableObject } from "cloudflare:test";
 import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
 import type { RoutedMessage } from "../../src/domain/inbound";
+import { RUN_LEASE_MS } from "../../src/domain/turn-hold";
 import { TYPING_AT_MOST_MS, TYPING_EVERY_MS } from "../../src/domain/typing";
 import { SessionRouter } from "../../src/routing/router";
 import { AGENT_URL, REPLY_URL, accepted, agentApi, agentConfig, replyWith } from "../agent/support";
@@ -154,6 +155,7 @@ const chatIdOf = () => -Math.floor(Math.random() * 1e12) - 1;
 
 describe("Telegram: at dispatch, then every 4 s while the run owns its session", () => {
   it("sends sendChatAction to the chat at dispatch and again when the alarm runs 4 s later; none after the reply", async () => {
+    const warn = vi.spyOn(console, "warn");
     const key = newKey();
     const chatId = chatIdOf();
     await route(telegram(key, chatId));
@@ -185,6 +187,9 @@ describe("Telegram: at dispatch, then every 4 s while the run owns its session",
     expect(typingCalls().every((c) => indexOf(c) < indexOf(reply))).toBe(true);
     expect(await alarmOf(key)).not.toBe(T0 + 6 * TYPING_EVERY_MS);
     expect(await typingRows(key)).toEqual([]);
+    // Calls that succeeded are not logged as failures.
+    expect(warnings(warn).filter((line) => line.msg === "typing call failed (not retried)")).toEqual([]);
+    warn.mockRestore();
   });
 
   it("in a forum topic, with its message_thread_id", async () => {
@@ -375,6 +380,19 @@ describe("Telegram: it stops when the run loses its session", () => {
     expect(await typingRows(key)).toEqual([]);
   });
 
+  it("none once the operator forgets the route, and the alarm does not spin on the run left behind", async () => {
+    const key = newKey();
+    await route(telegram(key, chatIdOf()));
+    expect(typingCalls()).toHaveLength(1);
+    setNow(T0 + 1_000);
+    await router(key).forget();
+    // Nothing is due now: the alarm is not set for a typing call that will never be made.
+    const alarm = await alarmOf(key);
+    expect(alarm === null || alarm > T0 + TYPING_EVERY_MS).toBe(true);
+    for (const at of [1, 2]) await alarmAt(key, T0 + at * TYPING_EVERY_MS);
+    expect(typingCalls()).toHaveLength(1);
+  });
+
   /** A 202 run whose agent keeps its lease with a heartbeat at 5 minutes (so only the cap stops typing). */
   async function acceptedRunKeptAlive(key: string): Promise<void> {
     await route(telegram(key, chatIdOf()));
@@ -422,8 +440,11 @@ describe("WhatsApp: the read receipt with typing indicator, once", () => {
     const key = `whatsapp:dm:${unique("wa")}`;
     const msg = message(key, "whatsapp", { to: "4915100079946", phone_number_id: WA_PHONE });
     await route(msg);
-    // Its one call made, nothing is kept for it while the run goes on.
+    // Its one call made, nothing is kept for it while the run goes on, and the alarm
+    // is not brought forward for a call that will never come
     expect(await typingRows(key)).toEqual([]);
+    // (the accepted run's lease end is the next thing due).
+    expect(await alarmOf(key)).toBe(T0 + RUN_LEASE_MS);
     for (const at of [1, 2, 3]) await alarmAt(key, T0 + at * TYPING_EVERY_MS);
     const sent = outbound.calls.filter((c) => c.url.startsWith(WA_API));
     expect(sent.map((c) => [c.method, c.url, c.headers.authorization, c.json])).toEqual([
