@@ -6,7 +6,7 @@
  */
 import { runInDurableObject } from "cloudflare:test";
 import { env } from "cloudflare:workers";
-import { afterEach, beforeEach, describe, expect, it } from "vitest";
+import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
 import {
   HOUR,
   alarmAfterRestart,
@@ -152,9 +152,11 @@ describe("a run staged before a restart", () => {
     });
     const chat = unique("chat");
     const key = genericKey(chat);
+    const runId = `run_${unique("never")}`;
+    const eventId = unique("evt_never_stored");
     await stageUnconfirmed(key, {
       stage: "dispatch",
-      runId: `run_${unique("never")}`,
+      runId,
       token: "run_x.token",
       sessionId: "ses_never_stored",
       isNew: true,
@@ -162,7 +164,7 @@ describe("a run staged before a restart", () => {
       reset: null,
       message: {
         platform: "generic",
-        eventId: unique("evt_never_stored"),
+        eventId,
         chatId: chat,
         chatType: "dm",
         userId: "u1",
@@ -174,7 +176,22 @@ describe("a run staged before a restart", () => {
         receivedAt: T0,
       },
     });
-    await runAlarm(key);
+    const warn = vi.spyOn(console, "warn").mockImplementation(() => undefined);
+    try {
+      await runAlarm(key);
+      // The operator's log says which hand-off was dropped, and why.
+      const lines = warn.mock.calls.map(([line]) => JSON.parse(String(line)) as Record<string, unknown>);
+      expect(lines).toContainEqual(
+        expect.objectContaining({
+          msg: "hand-off dropped: D1 has no stored message for it",
+          session_key: key,
+          run_id: runId,
+          event_id: eventId,
+        }),
+      );
+    } finally {
+      warn.mockRestore();
+    }
     expect(outbound.calls).toEqual([]);
     expect(await router(key).outbox()).toEqual([]);
   });
