@@ -14,7 +14,9 @@ import { AGENT_URL, accepted, agentConfig } from "../agent/support";
 import {
   MINUTE,
   T0,
+  alarmOf,
   captureFetch,
+  deliveriesOf,
   genericKey,
   router,
   runAlarm,
@@ -82,6 +84,33 @@ describe("the answer in the chat", () => {
     await send({ chat_id: chat, text: "/new" });
     await runAlarm(genericKey(chat));
     expect(chatAnswers()).toEqual([COMMAND_REPLIES.started]);
+  });
+});
+
+describe("where no answer can be delivered", () => {
+  it("a command on a chat the gateway cannot answer owes no answer: no delivery, none failed", async () => {
+    useConfig({ SESSION_RESET: JSON.stringify({ mode: "idle", idle_minutes: 60 }) });
+    const chat = unique("chat");
+    const failedBefore = metrics.deliveries_failed;
+    const command = await send({ chat_id: chat, text: "/new" });
+    await runAlarm(genericKey(chat));
+    expect(await deliveriesOf(command.body.session_id)).toEqual([]);
+    expect(metrics.deliveries_failed).toBe(failedBefore);
+    expect(outbound.calls).toEqual([]);
+  });
+});
+
+describe("after /stop", () => {
+  it("the stopped session's deadline no longer sets the alarm (an idle key costs nothing)", async () => {
+    const chat = unique("chat");
+    const key = genericKey(chat);
+    await send({ chat_id: chat, text: "work" });
+    await runAlarm(key);
+    await send({ chat_id: chat, text: "/stop" });
+    await runAlarm(key);
+    await router(key).drained();
+    expect(chatAnswers()).toContain(COMMAND_REPLIES.stopped);
+    expect(await alarmOf(key)).toBeNull();
   });
 });
 
