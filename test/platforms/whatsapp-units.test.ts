@@ -1,0 +1,87 @@
+/**
+ * WhatsApp's sender one piece at a time, where whatsapp.test.ts (end to end)
+ * cannot reach every case: reply targets refused before any call (for replies
+ * and the typing indicator), and a long reply whose later part fails.
+ */
+import { afterEach, beforeEach, describe, expect, it } from "vitest";
+import type { OutboundMessage } from "../../src/platforms/types";
+import { sendWhatsApp, WHATSAPP_TEXT_LIMIT } from "../../src/platforms/whatsapp/send";
+import { sendWhatsAppTyping } from "../../src/platforms/whatsapp/typing";
+import { captureFetch, type Captured } from "../helpers";
+
+const settings = { accessToken: "wa-unit-token", phoneNumberId: "1000", apiBase: "https://graph.test" };
+const URL = "https://graph.test/1000/messages";
+const REFUSED = {
+  ok: false,
+  retryable: false,
+  retryAfterMs: null,
+  status: null,
+  error: "malformed whatsapp reply target",
+};
+
+let answers: (() => Response)[];
+let outbound: { calls: Captured[]; restore: () => void };
+beforeEach(() => {
+  answers = [];
+  outbound = captureFetch(() => (answers.shift() ?? (() => Response.json({ messages: [{ id: "wamid.x" }] })))());
+});
+afterEach(() => outbound.restore());
+
+function reply(target: Record<string, unknown>, text = "hi"): OutboundMessage {
+  return {
+    kind: "reply",
+    text,
+    notice: null,
+    sessionKey: "whatsapp:dm:1",
+    sessionId: "ses_1",
+    eventId: "wamid.in",
+    target: { platform: "whatsapp", ...target },
+  } as OutboundMessage;
+}
+
+describe("reply targets refused before any call", () => {
+  it.each<[string, Record<string, unknown>]>([
+    ["neither to nor recipient", {}],
+    ["an empty to", { to: "" }],
+    ["a to that is not a string", { to: 4915100079946 }],
+  ])("%s: a permanent failure, nothing sent", async (_what, target) => {
+    expect(await sendWhatsApp(reply(target), settings)).toEqual(REFUSED);
+    expect(outbound.calls).toEqual([]);
+  });
+
+  it("the typing indicator needs the message it marks read, and a usable number to send from", async () => {
+    expect(await sendWhatsAppTyping({ platform: "whatsapp", to: "4915100079946" }, "", settings)).toEqual(REFUSED);
+    expect(await sendWhatsAppTyping({ platform: "whatsapp", phone_number_id: 1000 }, "wamid.in", settings)).toEqual(
+      REFUSED,
+    );
+    expect(outbound.calls).toEqual([]);
+  });
+
+  it("a user known only by a business-scoped id is addressed as recipient", async () => {
+    expect(await sendWhatsApp(reply({ recipient: "BSUID.1" }), settings)).toMatchObject({ ok: true });
+    expect(outbound.calls.map((c) => [c.url, c.json])).toEqual([
+      [URL, { messaging_product: "whatsapp", recipient: "BSUID.1", type: "text", text: { body: "hi" } }],
+    ]);
+  });
+});
+
+describe("a reply longer than one message", () => {
+  const long = "a".repeat(WHATSAPP_TEXT_LIMIT) + "b".repeat(10);
+
+  it("goes in parts, in order", async () => {
+    expect(await sendWhatsApp(reply({ to: "491" }, long), settings)).toMatchObject({ ok: true });
+    expect(outbound.calls.map((c) => c.json.text.body.length)).toEqual([WHATSAPP_TEXT_LIMIT, 10]);
+  });
+
+  it("a first part refused is retried as the platform said; a later one fails for good, naming the part", async () => {
+    answers = [() => new Response("busy", { status: 503 })];
+    expect(await sendWhatsApp(reply({ to: "491" }, long), settings)).toMatchObject({ ok: false, retryable: true });
+    expect(outbound.calls).toHaveLength(1);
+    answers = [() => Response.json({ messages: [{}] }), () => new Response("busy", { status: 503 })];
+    const outcome = await sendWhatsApp(reply({ to: "491" }, long), settings);
+    // A retry would send the first part twice: the user already has it.
+    expect(outcome).toMatchObject({ ok: false, retryable: false, status: 503 });
+    expect(outcome.error).toMatch(/^part 2 of 2 not sent: /);
+    expect(outbound.calls).toHaveLength(3);
+  });
+});
