@@ -132,6 +132,22 @@ describe("what the fresh session records of the one it replaced", () => {
   });
 });
 
+describe("a session /stop ended", () => {
+  it("stays ended as suspended: a /new past its old deadline replaces it as suspended, not by the policy", async () => {
+    const chat = unique("chat");
+    const first = await send({ chat_id: chat, text: "hello" });
+    await runAlarm(genericKey(chat));
+    await send({ chat_id: chat, text: "/stop" });
+    setNow(T0 + 3 * 60 * MINUTE);
+    const command = await send({ chat_id: chat, text: "/new" });
+    expect(await sessionRow(first.body.session_id)).toMatchObject({ end_reason: "suspended" });
+    expect(await sessionRow(command.body.session_id)).toMatchObject({
+      previous_session_id: first.body.session_id,
+      reset_reason: "suspended",
+    });
+  });
+});
+
 describe("a turn in progress holds an expired session open (invariant 6)", () => {
   it("/new past the deadline while the agent still works ends it for the command, not by the policy", async () => {
     useConfig(agentConfig({ SESSION_RESET: JSON.stringify({ mode: "idle", idle_minutes: 1 }) }));
@@ -158,7 +174,10 @@ describe("counters", () => {
     const ended = metrics.sessions_ended.suspended ?? 0;
     const created = metrics.sessions_created;
     const duplicates = metrics.duplicates;
+    const ingressBatches = metrics.d1_batches_ingress;
     const stop = await send({ chat_id: chat, text: "/stop" });
+    // A command's D1 call is counted with the webhook's (ingress) cost.
+    expect(metrics.d1_batches_ingress).toBeGreaterThan(ingressBatches);
     await send({ chat_id: chat, text: "/stop" });
     await send({ chat_id: chat, text: "/stop", event_id: stop.eventId });
     expect(metrics.sessions_ended.suspended).toBe(ended + 1);
