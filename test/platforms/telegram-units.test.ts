@@ -4,6 +4,7 @@
  * reply targets refused before any call, the sender without its settings, and a
  * webhook without its secret header.
  */
+import { HTTPException } from "hono/http-exception";
 import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
 import type { CallOutcome } from "../../src/http/outbound";
 import { telegram } from "../../src/platforms/telegram";
@@ -98,6 +99,32 @@ describe("the sender without its settings", () => {
       );
     } finally {
       errors.mockRestore();
+    }
+  });
+});
+
+describe("a webhook without its secret header", () => {
+  it("is refused 401 whatever the secret, even one spelled null", async () => {
+    const input = {
+      method: "POST",
+      url: new URL("https://gateway.test/webhooks/telegram"),
+      headers: new Headers({ "content-type": "application/json" }),
+      rawBody: new TextEncoder().encode(JSON.stringify({ update_id: 1 })).buffer as ArrayBuffer,
+      config: {} as never,
+    };
+    for (const secret of ["null", "a-real-secret"]) {
+      let refusal: unknown = null;
+      try {
+        await telegram.handle(input, { token: TOKEN, secret, apiBase: API });
+      } catch (error) {
+        refusal = error;
+      }
+      expect(refusal).toBeInstanceOf(HTTPException);
+      const response = (refusal as HTTPException).getResponse();
+      expect(response.status).toBe(401);
+      expect(await response.json()).toEqual({
+        error: { code: "bad_signature", message: "missing or invalid X-Telegram-Bot-Api-Secret-Token" },
+      });
     }
   });
 });
