@@ -6,10 +6,11 @@
  */
 import { HTTPException } from "hono/http-exception";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
-import type { PlatformEnv, OutboundMessage } from "../../src/platforms/types";
+import type { PlatformEnv } from "../../src/platforms/types";
 import { formFields, ownBotUsers, slashChatType, slashToInbound, tsToMs } from "../../src/platforms/slack/events";
 import { sendSlack } from "../../src/platforms/slack/send";
 import { captureFetch, type Captured } from "../helpers";
+import { outboundReply } from "./outbound";
 
 const SLACK_API = "https://slack.test/api";
 const env = {
@@ -26,17 +27,7 @@ beforeEach(() => {
 });
 afterEach(() => outbound.restore());
 
-function reply(target: Record<string, unknown>, text = "hi"): OutboundMessage {
-  return {
-    kind: "reply",
-    text,
-    notice: null,
-    sessionKey: "slack:dm:D1",
-    sessionId: "ses_1",
-    eventId: "Ev1",
-    target: { platform: "slack", ...target },
-  } as OutboundMessage;
-}
+const reply = (target: Record<string, unknown>, text?: string) => outboundReply("slack", target, text);
 
 describe("sendSlack", () => {
   it("posts {channel, text} with the bot token, and thread_ts only for a thread", async () => {

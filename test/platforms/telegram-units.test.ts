@@ -10,8 +10,9 @@ import type { CallOutcome } from "../../src/http/outbound";
 import { telegram } from "../../src/platforms/telegram";
 import { classify, sendTelegram } from "../../src/platforms/telegram/send";
 import { sendTelegramTyping } from "../../src/platforms/telegram/typing";
-import type { OutboundMessage, PlatformEnv } from "../../src/platforms/types";
+import type { PlatformEnv } from "../../src/platforms/types";
 import { captureFetch, type Captured } from "../helpers";
+import { outboundReply } from "./outbound";
 
 const API = "https://telegram.test";
 const TOKEN = "7000000002:AAunit-test-token";
@@ -26,17 +27,7 @@ afterEach(() => outbound.restore());
 const failed = (json: unknown, retryAfterMs: number | null = null): CallOutcome =>
   ({ ok: false, retryable: true, status: 429, error: "429", json, retryAfterMs }) as CallOutcome;
 
-function reply(target: Record<string, unknown>): OutboundMessage {
-  return {
-    kind: "reply",
-    text: "hi",
-    notice: null,
-    sessionKey: "telegram:dm:1",
-    sessionId: "ses_1",
-    eventId: "1",
-    target: { platform: "telegram", ...target },
-  } as OutboundMessage;
-}
+const reply = (target: Record<string, unknown>, text?: string) => outboundReply("telegram", target, text);
 
 describe("classify", () => {
   it("waits parameters.retry_after seconds when Telegram names it, else what Retry-After said", () => {

@@ -4,10 +4,10 @@
  * and the typing indicator), and a long reply whose later part fails.
  */
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
-import type { OutboundMessage } from "../../src/platforms/types";
 import { sendWhatsApp, WHATSAPP_TEXT_LIMIT } from "../../src/platforms/whatsapp/send";
 import { sendWhatsAppTyping } from "../../src/platforms/whatsapp/typing";
 import { captureFetch, type Captured } from "../helpers";
+import { outboundReply } from "./outbound";
 
 const settings = { accessToken: "wa-unit-token", phoneNumberId: "1000", apiBase: "https://graph.test" };
 const URL = "https://graph.test/1000/messages";
@@ -27,17 +27,7 @@ beforeEach(() => {
 });
 afterEach(() => outbound.restore());
 
-function reply(target: Record<string, unknown>, text = "hi"): OutboundMessage {
-  return {
-    kind: "reply",
-    text,
-    notice: null,
-    sessionKey: "whatsapp:dm:1",
-    sessionId: "ses_1",
-    eventId: "wamid.in",
-    target: { platform: "whatsapp", ...target },
-  } as OutboundMessage;
-}
+const reply = (target: Record<string, unknown>, text?: string) => outboundReply("whatsapp", target, text);
 
 describe("reply targets refused before any call", () => {
   it.each<[string, Record<string, unknown>]>([
