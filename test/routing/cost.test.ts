@@ -21,6 +21,18 @@ afterEach(() => {
   useConfig(null);
 });
 
+/** A session started, then `count` steady messages each answered by the alarm, counted from a fresh metrics slate. */
+async function steadyTurns(count: number): Promise<void> {
+  const chat = unique("chat");
+  await send({ chat_id: chat, text: "first" });
+  await runAlarm(genericKey(chat));
+  resetMetrics();
+  for (let i = 0; i < count; i++) {
+    await send({ chat_id: chat, text: `steady ${i}` });
+    await runAlarm(genericKey(chat));
+  }
+}
+
 it("a steady-state message costs one D1 round trip, 2 rows read and 3 rows written on the ingress path", async () => {
   const chat = unique("chat");
   await send({ chat_id: chat, text: "first" }); // creates the session
@@ -36,15 +48,8 @@ it("a steady-state message costs one D1 round trip, 2 rows read and 3 rows writt
 });
 
 it("the whole cost of a steady message with its echo reply: two D1 batches, 6 queries, 4 rows read, 6 written", async () => {
-  const chat = unique("chat");
-  await send({ chat_id: chat, text: "first" });
-  await runAlarm(genericKey(chat));
-  resetMetrics();
   const count = 5;
-  for (let i = 0; i < count; i++) {
-    await send({ chat_id: chat, text: `steady ${i}` });
-    await runAlarm(genericKey(chat));
-  }
+  await steadyTurns(count);
   // Ingress (session, message, dedupe mark) + the turn (a finished run, session, reply).
   expect(metrics.d1_rows_written).toBe(6 * count);
   expect(metrics.d1_queries).toBe(6 * count);
@@ -139,15 +144,8 @@ it("a hand-off to an external agent on a platform without typing costs the objec
   useConfig(agentConfig());
   const services = fakeServices(() => replyWith("done"));
   try {
-    const chat = unique("chat");
-    await send({ chat_id: chat, text: "first" });
-    await runAlarm(genericKey(chat));
-    resetMetrics();
     const count = 5;
-    for (let i = 0; i < count; i++) {
-      await send({ chat_id: chat, text: `steady ${i}` });
-      await runAlarm(genericKey(chat));
-    }
+    await steadyTurns(count);
     expect(services.agentCalls()).toHaveLength(count + 1);
     // Measured when this test was written: a typing row for a platform that has no
     // typing call would add its lookup, insert and delete to every hand-off.
