@@ -53,13 +53,19 @@ afterEach(() => {
 /** The command answers sent to the chat, in order. */
 const chatAnswers = () => outbound.calls.filter((c) => c.url === REPLY_URL).map((c) => c.json.text as string);
 
+/** A key whose session has one message, answered, with the calls so far forgotten. */
+async function answeredSession(text: string) {
+  const chat = unique("chat");
+  const key = genericKey(chat);
+  const first = await send({ chat_id: chat, text });
+  await runAlarm(key);
+  outbound.calls.length = 0;
+  return { chat, key, first };
+}
+
 describe("the answer in the chat", () => {
   it("/stop of a live session says it stopped; a second /stop says there is nothing to stop", async () => {
-    const chat = unique("chat");
-    const key = genericKey(chat);
-    const first = await send({ chat_id: chat, text: "work" });
-    await runAlarm(key);
-    outbound.calls.length = 0;
+    const { chat, key, first } = await answeredSession("work");
     const stop = await send({ chat_id: chat, text: "/stop" });
     const again = await send({ chat_id: chat, text: "/stop" });
     expect(again.body.session_id).toBe(first.body.session_id);
@@ -190,11 +196,7 @@ describe("counters", () => {
 
 describe("D1 failing", () => {
   it("the command is answered 5xx, changes nothing and owes no answer; its retry is answered once", async () => {
-    const chat = unique("chat");
-    const key = genericKey(chat);
-    const first = await send({ chat_id: chat, text: "hello" });
-    await runAlarm(key);
-    outbound.calls.length = 0;
+    const { chat, key, first } = await answeredSession("hello");
     const fault = injectD1Fault({ match: (sql) => sql.some((s) => s.includes("INSERT INTO deliveries")), index: -1 });
     const failed = await send({ chat_id: chat, text: "/new" });
     expect(fault.hits()).toBe(1);

@@ -76,6 +76,8 @@ beforeEach(() => {
 });
 afterEach(() => {
   outbound.restore();
+  // A log spy left by a failed assertion does not outlive its test.
+  vi.restoreAllMocks();
   restoreClock();
   useConfig(null);
 });
