@@ -30,8 +30,12 @@ export interface Entry {
   noticeOwed?: boolean;
 }
 
-/** The entry of a session row read from D1. */
-export function entryFromRow(row: SessionRow, message: Pick<RoutedMessage, "sessionKey">): Entry {
+/**
+ * The entry of a session row read from D1. `runStaged`: a hand-off of the session
+ * waits in the outbox. D1 names no current run until it goes out, but it is the
+ * session's first run, so the entry no longer owes one.
+ */
+export function entryFromRow(row: SessionRow, message: Pick<RoutedMessage, "sessionKey">, runStaged: boolean): Entry {
   return {
     sessionKey: message.sessionKey,
     platform: row.platform,
@@ -42,7 +46,7 @@ export function entryFromRow(row: SessionRow, message: Pick<RoutedMessage, "sess
       row.previousSessionId && row.resetReason
         ? { reason: row.resetReason, had_activity: !!row.resetHadActivity, previous_session_id: row.previousSessionId }
         : null,
-    firstRunPending: row.currentRunId === null,
+    firstRunPending: row.currentRunId === null && !runStaged,
     noticeOwed: row.noticePending !== null,
   };
 }

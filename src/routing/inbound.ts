@@ -30,6 +30,7 @@ import {
   eventStatusFor,
   freshSession,
   MAX_ROUTING_ATTEMPTS,
+  runStaged,
   stageEvents,
   type RouterContext,
 } from "./context";
@@ -224,7 +225,7 @@ export class Inbound {
         ));
       alreadyRead = null;
       if (seen[0]) {
-        await this.repairEntry(seen[0].session_id, message);
+        await this.repairEntry(seen[0].session_id, message, work.runId);
         return { sessionId: seen[0].session_id ?? "", duplicate: true, work, decision: "duplicate" };
       }
       const row = rows[0] ?? null;
@@ -251,7 +252,7 @@ export class Inbound {
           ...appendUserMessage(row!.id, userMessage, heldOpen ? Number.NEGATIVE_INFINITY : since),
         );
         if (results[reopen.length] !== 1) continue;
-        entry.adopt(entryFromRow(row!, message));
+        entry.adopt(entryFromRow(row!, message, runStaged(this.ctx, row!.id, work.runId)));
         entry.markActive(policy, now);
         return {
           sessionId: row!.id,
@@ -295,14 +296,14 @@ export class Inbound {
    * the object was killed after D1 stored a new session and before the entry
    * adopted it. The key's newest row (invariant 5) becomes the entry again.
    */
-  private async repairEntry(markedSessionId: string | null, message: RoutedMessage): Promise<void> {
+  private async repairEntry(markedSessionId: string | null, message: RoutedMessage, ownRunId: string): Promise<void> {
     const { entry } = this.ctx;
     const current = entry.entry;
     if (!current || !markedSessionId || markedSessionId === current.sessionId) return;
     const db = this.ctx.db.on("ingress");
     const [[newest]] = await db.batch(selectNewestForKey(db, message.sessionKey));
     if (!newest || newest.id === current.sessionId) return;
-    entry.adopt(entryFromRow(newest, message));
+    entry.adopt(entryFromRow(newest, message, runStaged(this.ctx, newest.id, ownRunId)));
     // Its deadline is learnt by the alarm, which reads the row again.
     entry.setDeadline(undefined);
   }

@@ -15,7 +15,7 @@ import type { RoutedMessage } from "../domain/inbound";
 import { resolveOverlap, type OverlapView } from "../domain/overlap";
 import { isOpenRun, leaseUntil } from "../domain/turn-hold";
 import { newId } from "../ids";
-import { configFor, dispatchWork, type RouterContext } from "./context";
+import { configFor, dispatchWork, runStaged, type RouterContext } from "./context";
 import { entryFromRow } from "./entry";
 import type { WaitingRow } from "./waiting";
 import { carriedBy, type RunWork } from "./work";
@@ -210,7 +210,7 @@ export class Queue {
     const [rows] = await db.batch(selectSession(db, sessionId));
     const row = rows[0];
     if (!row) return undefined;
-    const rebuilt = entryFromRow(row, row);
+    const rebuilt = entryFromRow(row, row, runStaged(this.ctx, sessionId));
     const isNew = rebuilt.firstRunPending;
     return { isNew, parentId: rebuilt.parentId, reset: isNew ? rebuilt.reset : null };
   }

@@ -132,7 +132,7 @@ describe("entry builders", () => {
       currentRunId: "run_1",
       noticePending: null,
     } as unknown as SessionRow;
-    expect(entryFromRow(row, { sessionKey: "generic:group:g:u" })).toEqual({
+    expect(entryFromRow(row, { sessionKey: "generic:group:g:u" }, false)).toEqual({
       sessionKey: "generic:group:g:u",
       platform: "generic",
       chatType: "group",
@@ -142,5 +142,9 @@ describe("entry builders", () => {
       firstRunPending: false,
       noticeOwed: false,
     });
+    // No run in D1: the first run is still owed, unless its hand-off waits in the outbox.
+    const noRun = { ...row, currentRunId: null } as SessionRow;
+    expect(entryFromRow(noRun, { sessionKey: "k" }, false).firstRunPending).toBe(true);
+    expect(entryFromRow(noRun, { sessionKey: "k" }, true).firstRunPending).toBe(false);
   });
 });

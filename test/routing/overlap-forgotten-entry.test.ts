@@ -13,7 +13,7 @@ import { injectD1Fault } from "../../src/db/client";
 import { backoffDelay } from "../../src/http/backoff";
 import { RUN_LEASE_MS } from "../../src/domain/turn-hold";
 import { accepted, agentApi, replyWith } from "../agent/support";
-import { type FakeServices, carriedBy, overlapHooks, userMessages } from "./overlap-support";
+import { type FakeServices, carriedBy, endBySql, overlapHooks, userMessages } from "./overlap-support";
 
 const fake = overlapHooks({});
 let services: FakeServices;
@@ -107,4 +107,83 @@ it("D1 failing between the lapsed run's end and the next run's staging strands n
   expect(await runAlarm(key)).toBe(true);
   await router(key).drained();
   expect(carriedBy(services)).toEqual([["one"], ["two"]]);
+});
+
+/** The session, is_new and reset each hand-off after the first one told the agent. */
+const laterHandoffs = () =>
+  services
+    .agentCalls()
+    .slice(1)
+    .map((c) => ({
+      texts: (c.json.messages as { text: string }[]).map((m) => m.text),
+      isNew: c.json.session.is_new as boolean,
+      reset: (c.json.reset as { reason: string } | null)?.reason ?? null,
+    }));
+
+it("a fresh session's first run still staged when the entry is forgotten: only that run says is_new", async () => {
+  services = fake((request) => replyWith(`re: ${request.json.message.text}`));
+  const chat = unique("chat");
+  const key = genericKey(chat);
+  await send({ chat_id: chat, text: "yesterday" });
+  await runAlarm(key);
+  await router(key).drained();
+  // Idle past the default policy: "one" starts a fresh session; its hand-off waits in the outbox.
+  setNow(T0 + 2 * 24 * 60 * MINUTE);
+  const one = await send({ chat_id: chat, text: "one" });
+  await forget(key);
+  const two = await send({ chat_id: chat, text: "two" });
+  expect(two.body.session_id).toBe(one.body.session_id);
+  for (let pass = 0; pass < 3; pass++) {
+    await runAlarm(key);
+    await router(key).drained();
+  }
+  expect(laterHandoffs()).toEqual([
+    { texts: ["one"], isNew: true, reset: "idle" },
+    { texts: ["two"], isNew: false, reset: null },
+  ]);
+  // The reset notice rides on the session's first reply only.
+  expect(
+    services
+      .replies()
+      .slice(1)
+      .map((r) => r.notice ?? null),
+  ).toEqual(["idle", null]);
+});
+
+it("a fresh session with no run yet, its entry forgotten: the next message's run is still its first (is_new)", async () => {
+  services = fake((request) => replyWith(`re: ${request.json.message.text}`));
+  const chat = unique("chat");
+  const key = genericKey(chat);
+  await send({ chat_id: chat, text: "yesterday" });
+  await runAlarm(key);
+  await router(key).drained();
+  setNow(T0 + MINUTE);
+  // "/new" starts the fresh session with no run of its own.
+  const fresh = await send({ chat_id: chat, text: "/new" });
+  await forget(key);
+  const next = await send({ chat_id: chat, text: "hello" });
+  expect(next.body.session_id).toBe(fresh.body.session_id);
+  await runAlarm(key);
+  await router(key).drained();
+  expect(laterHandoffs()).toEqual([{ texts: ["hello"], isNew: true, reset: "new_command" }]);
+});
+
+it("a fresh session ended by SQL before its first run, then reopened: that run is still its first (is_new)", async () => {
+  services = fake((request) => replyWith(`re: ${request.json.message.text}`));
+  const chat = unique("chat");
+  const key = genericKey(chat);
+  await send({ chat_id: chat, text: "yesterday" });
+  await runAlarm(key);
+  await router(key).drained();
+  setNow(T0 + MINUTE);
+  const fresh = await send({ chat_id: chat, text: "/new" });
+  // An operator's tool ends it (recoverable) behind the object's back; the entry still names it.
+  await endBySql(fresh.body.session_id, T0 + 2 * MINUTE);
+  setNow(T0 + 3 * MINUTE);
+  const next = await send({ chat_id: chat, text: "hello" });
+  // It reopens the same session (a recoverable end).
+  expect(next.body.session_id).toBe(fresh.body.session_id);
+  await runAlarm(key);
+  await router(key).drained();
+  expect(laterHandoffs()).toEqual([{ texts: ["hello"], isNew: true, reset: "new_command" }]);
 });

@@ -6,9 +6,22 @@
  * the run with no entry, or with one rebuilt from D1. Found by the model-based test.
  */
 import { beforeEach, expect, it } from "vitest";
-import { HOUR, T0, adminFetch, genericKey, router, runAlarm, send, setNow, unique } from "../helpers";
+import {
+  HOUR,
+  MINUTE,
+  T0,
+  adminFetch,
+  genericKey,
+  router,
+  runAlarm,
+  send,
+  setNow,
+  unique,
+  useConfig,
+} from "../helpers";
+import { injectD1Fault } from "../../src/db/client";
 import { replyWith } from "../agent/support";
-import { type FakeServices, overlapHooks } from "./overlap-support";
+import { type FakeServices, overlapConfig, overlapHooks } from "./overlap-support";
 
 const fake = overlapHooks({ OVERLAP: JSON.stringify({ mode: "queue", debounce_ms: 1500 }) });
 let services: FakeServices;
@@ -95,5 +108,30 @@ it("once the session's first run went out, a run dispatched after a forgotten en
   expect(handoffs().map((h) => [h.texts, h.session.is_new, h.reset])).toEqual([
     [["one"], true, null],
     [["two"], false, null],
+  ]);
+});
+
+it("concurrent: a run of the waiting message, dispatched with no entry, is not is_new while the first run waits in the outbox", async () => {
+  useConfig(overlapConfig({ OVERLAP: JSON.stringify({ mode: "concurrent", debounce_ms: 1500 }) }));
+  const chat = unique("chat");
+  const key = genericKey(chat);
+  await send({ chat_id: chat, text: "one" });
+  // The first run is staged at the window's end, but D1 fails its dispatch: it stays in the outbox.
+  const fault = injectD1Fault({ match: (sql) => sql.some((s) => s.includes("SET current_run_id = ?")) });
+  await alarmAt(key, T0 + 1500);
+  injectD1Fault(null);
+  expect(fault.hits()).toBe(1);
+  expect(handoffs()).toEqual([]);
+  setNow(T0 + 1600);
+  await send({ chat_id: chat, text: "two" });
+  await forget(key);
+  for (let minute = 1; minute <= 3; minute++) await alarmAt(key, T0 + minute * MINUTE);
+  expect(
+    handoffs()
+      .map((h) => [h.texts, h.session.is_new])
+      .sort(),
+  ).toEqual([
+    [["one"], true],
+    [["two"], false],
   ]);
 });
