@@ -78,16 +78,6 @@ export function revokedAndEnded(ctx: RouterContext, sessionId: string, now: numb
 }
 
 /** Queues delivery of a session's pending lifecycle events (a no-op when it has none). */
-/**
- * Whether the outbox holds a hand-off of the session (other than `exceptRunId`, a
- * message's own, staged just before its batch). D1 names no current run until a
- * hand-off goes out, so an entry rebuilt from D1 asks this too: a session never gets
- * a second first run.
- */
-export function runStaged(ctx: RouterContext, sessionId: string, exceptRunId: string | null = null): boolean {
-  return ctx.outbox.all("run").some((item) => item.id !== exceptRunId && item.payload.sessionId === sessionId);
-}
-
 export function stageEvents(ctx: RouterContext, sessionId: string, now: number): void {
   if (eventStatusFor(ctx) === "skipped") return;
   // One item per session: staging it again brings it forward.

@@ -32,8 +32,9 @@ export interface Entry {
 
 /**
  * The entry of a session row read from D1. `runStaged`: a hand-off of the session
- * waits in the outbox. D1 names no current run until it goes out, but it is the
- * session's first run, so the entry no longer owes one.
+ * waits in the outbox. D1 names no current run until one goes out, so a staged
+ * hand-off counts as the session's first run and the entry no longer owes one. (A
+ * hand-off orphaned by a kill before its batch counts too, until confirming drops it.)
  */
 export function entryFromRow(row: SessionRow, message: Pick<RoutedMessage, "sessionKey">, runStaged: boolean): Entry {
   return {

@@ -30,7 +30,6 @@ import {
   eventStatusFor,
   freshSession,
   MAX_ROUTING_ATTEMPTS,
-  runStaged,
   stageEvents,
   type RouterContext,
 } from "./context";
@@ -252,7 +251,7 @@ export class Inbound {
           ...appendUserMessage(row!.id, userMessage, heldOpen ? Number.NEGATIVE_INFINITY : since),
         );
         if (results[reopen.length] !== 1) continue;
-        entry.adopt(entryFromRow(row!, message, runStaged(this.ctx, row!.id, work.runId)));
+        entry.adopt(entryFromRow(row!, message, this.ctx.outbox.hasRunOf(row!.id, work.runId)));
         entry.markActive(policy, now);
         return {
           sessionId: row!.id,
@@ -303,7 +302,7 @@ export class Inbound {
     const db = this.ctx.db.on("ingress");
     const [[newest]] = await db.batch(selectNewestForKey(db, message.sessionKey));
     if (!newest || newest.id === current.sessionId) return;
-    entry.adopt(entryFromRow(newest, message, runStaged(this.ctx, newest.id, ownRunId)));
+    entry.adopt(entryFromRow(newest, message, this.ctx.outbox.hasRunOf(newest.id, ownRunId)));
     // Its deadline is learnt by the alarm, which reads the row again.
     entry.setDeadline(undefined);
   }

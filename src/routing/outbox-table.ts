@@ -149,6 +149,18 @@ export class OutboxTable {
     return row?.next ?? null;
   }
 
+  /** Whether a hand-off of the session other than `exceptId` is here (asked of its column, no payload parsed). */
+  hasRunOf(sessionId: string, exceptId: string | null): boolean {
+    return (
+      metered(
+        this.sql,
+        `SELECT 1 FROM outbox WHERE kind = 'run' AND session_id = ? AND id IS NOT ? LIMIT 1`,
+        sessionId,
+        exceptId,
+      ).length > 0
+    );
+  }
+
   all(): AnyOutboxItem[] {
     return metered<OutboxRow>(this.sql, `SELECT * FROM outbox ORDER BY due_at, seq`).map(toItem);
   }

@@ -94,6 +94,16 @@ export class Outbox {
     return this.table.all().filter((item): item is OutboxItem<K> & AnyOutboxItem => isKind(item, kind));
   }
 
+  /**
+   * Whether a hand-off of the session is staged (other than `exceptId`: a message's
+   * own, staged just before its batch). D1 names no current run until a hand-off goes
+   * out, so an entry rebuilt from D1 asks this too: a session never gets a second
+   * first run.
+   */
+  hasRunOf(sessionId: string, exceptId: string | null = null): boolean {
+    return this.table.hasRunOf(sessionId, exceptId);
+  }
+
   nextDueAt(): number | null {
     return this.table.nextDueAt();
   }

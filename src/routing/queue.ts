@@ -15,7 +15,7 @@ import type { RoutedMessage } from "../domain/inbound";
 import { resolveOverlap, type OverlapView } from "../domain/overlap";
 import { isOpenRun, leaseUntil } from "../domain/turn-hold";
 import { newId } from "../ids";
-import { configFor, dispatchWork, runStaged, type RouterContext } from "./context";
+import { configFor, dispatchWork, type RouterContext } from "./context";
 import { entryFromRow } from "./entry";
 import type { WaitingRow } from "./waiting";
 import { carriedBy, type RunWork } from "./work";
@@ -200,8 +200,9 @@ export class Queue {
 
   /**
    * The session's next run context (is_new, parent, reset): the entry's when it names
-   * the session; else (the entry was forgotten while messages waited) the D1 row's, as
-   * the recovery path rebuilds it, so a fresh session's first run still says is_new.
+   * the session; else (the entry was forgotten while messages waited) the D1 row's and
+   * the outbox's, as the recovery path rebuilds it: a fresh session's first run still
+   * says is_new, and a run staged beside it (concurrent mode) takes that first run.
    * Only that path reads D1.
    */
   private async runContextOf(sessionId: string): Promise<RunContext | undefined> {
@@ -210,7 +211,7 @@ export class Queue {
     const [rows] = await db.batch(selectSession(db, sessionId));
     const row = rows[0];
     if (!row) return undefined;
-    const rebuilt = entryFromRow(row, row, runStaged(this.ctx, sessionId));
+    const rebuilt = entryFromRow(row, row, this.ctx.outbox.hasRunOf(sessionId));
     const isNew = rebuilt.firstRunPending;
     return { isNew, parentId: rebuilt.parentId, reset: isNew ? rebuilt.reset : null };
   }

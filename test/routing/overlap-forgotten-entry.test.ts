@@ -127,7 +127,7 @@ it("a fresh session's first run still staged when the entry is forgotten: only t
   await send({ chat_id: chat, text: "yesterday" });
   await runAlarm(key);
   await router(key).drained();
-  // Idle past the default policy: "one" starts a fresh session; its hand-off waits in the outbox.
+  // Idle past the test config's 60-minute policy: "one" starts a fresh session; its hand-off waits in the outbox.
   setNow(T0 + 2 * 24 * 60 * MINUTE);
   const one = await send({ chat_id: chat, text: "one" });
   await forget(key);
@@ -186,4 +186,24 @@ it("a fresh session ended by SQL before its first run, then reopened: that run i
   await runAlarm(key);
   await router(key).drained();
   expect(laterHandoffs()).toEqual([{ texts: ["hello"], isNew: true, reset: "new_command" }]);
+});
+
+it("a hand-off of the ended session still staged does not count as the fresh session's first run", async () => {
+  services = fake((request) => replyWith(`re: ${request.json.message.text}`));
+  const chat = unique("chat");
+  const key = genericKey(chat);
+  // "yesterday" is never handed over before "/new" ends its session: its hand-off stays staged.
+  await send({ chat_id: chat, text: "yesterday" });
+  setNow(T0 + MINUTE);
+  const fresh = await send({ chat_id: chat, text: "/new" });
+  await forget(key);
+  await send({ chat_id: chat, text: "hello" });
+  for (let pass = 0; pass < 2; pass++) {
+    await runAlarm(key);
+    await router(key).drained();
+  }
+  const inFresh = services.agentCalls().filter((c) => c.json.session.id === fresh.body.session_id);
+  expect(inFresh.map((c) => [c.json.message.text, c.json.session.is_new, c.json.reset?.reason ?? null])).toEqual([
+    ["hello", true, "new_command"],
+  ]);
 });
