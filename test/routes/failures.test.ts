@@ -14,6 +14,7 @@ import {
   genericKey,
   messagesOf,
   restoreClock,
+  router,
   runAlarm,
   send,
   setNow,
@@ -21,7 +22,8 @@ import {
   useConfig,
   type Captured,
 } from "../helpers";
-import { AGENT_URL, REPLY_URL, accepted, agentConfig, replyWith } from "../agent/support";
+import { injectD1Fault } from "../../src/db/client";
+import { AGENT_URL, REPLY_URL, accepted, agentApi, agentConfig, replyWith } from "../agent/support";
 
 let agentAnswer: (request: Captured) => Response;
 let replyAnswer: () => Response;
@@ -39,6 +41,7 @@ beforeEach(() => {
   });
 });
 afterEach(() => {
+  injectD1Fault(null);
   outbound.restore();
   restoreClock();
   useConfig(null);
@@ -197,5 +200,72 @@ describe("deliveries_failed and POST /admin/deliveries/{event_id}/retry", () => 
 
   it("404 for an event nothing was delivered for", async () => {
     expect((await post(`/admin/deliveries/${unique("evt_nope")}/retry`)).status).toBe(404);
+  });
+});
+
+describe("retries the routing object refuses itself", () => {
+  it("409 for a failed run the agent answered later through the run API: it is finished", async () => {
+    agentAnswer = () => new Response("bad", { status: 400 });
+    const chat = unique("chat");
+    const sent = await send({ chat_id: chat });
+    await runAlarm(genericKey(chat));
+    const { run_id, run_token } = agentCalls()[0]!.json;
+    expect((await agentApi(`/v1/runs/${run_id}/reply`, run_token, { text: "late after all" })).status).toBe(200);
+    const retried = await post(`/admin/runs/${run_id}/retry`);
+    expect(retried.status).toBe(409);
+    expect(((await retried.json()) as any).error).toEqual({
+      code: "not_failed",
+      message: `run ${run_id} has not failed`,
+    });
+    expect(agentCalls()).toHaveLength(1);
+    expect((await messagesOf(sent.body.session_id)).map((m) => m.text)).toEqual(["hello", "late after all"]);
+  });
+
+  it("a retry over a dead letter whose batch committed but did not answer replaces the hand-off left behind", async () => {
+    let refuse = true;
+    agentAnswer = () => (refuse ? new Response("bad", { status: 400 }) : replyWith("second time"));
+    const chat = unique("chat");
+    const key = genericKey(chat);
+    const sent = await send({ chat_id: chat, text: "please" });
+    injectD1Fault({ afterCommit: true, match: (sql) => sql.some((s) => s.includes("SET failed_at = ?")) });
+    await runAlarm(key);
+    injectD1Fault(null);
+    // The failed run's item is still in the outbox when the operator retries it.
+    expect((await router(key).outbox()).map((item) => item.kind)).toEqual(["run"]);
+    refuse = false;
+    setNow(T0 + MINUTE);
+    expect((await post(`/admin/runs/${agentCalls()[0]!.json.run_id}/retry`)).status).toBe(200);
+    await runAlarm(key);
+    expect(agentCalls()).toHaveLength(2);
+    // The hand-off carries the retry's fresh token, which the run API accepts.
+    expect(agentCalls()[1]!.json.run_token).not.toBe(agentCalls()[0]!.json.run_token);
+    expect(replies().map((r) => r.text)).toEqual(["second time"]);
+    expect((await messagesOf(sent.body.session_id)).map((m) => m.text)).toEqual(["please", "second time"]);
+  });
+
+  it("what vanished between the route's read and the object's call (the sweep) is a 404 naming it; a sent delivery a 409", async () => {
+    const chat = unique("chat");
+    const key = genericKey(chat);
+    const sent = await send({ chat_id: chat });
+    await runAlarm(key);
+    const object = router(key);
+    expect(await object.retryRun("run_gone")).toEqual({
+      status: 404,
+      body: { error: { code: "not_found", message: "no run run_gone" } },
+    });
+    expect(await object.retryDelivery("dl_gone", key)).toEqual({
+      status: 404,
+      body: { error: { code: "not_found", message: "no delivery dl_gone" } },
+    });
+    expect(await object.endSession("ses_gone", "admin")).toEqual({
+      status: 404,
+      body: { error: { code: "not_found", message: "no session ses_gone" } },
+    });
+    const [delivery] = (await view(sent.body.session_id)).deliveries;
+    expect(delivery).toMatchObject({ status: "sent" });
+    expect(await object.retryDelivery(delivery.id, key)).toEqual({
+      status: 409,
+      body: { error: { code: "not_failed", message: `delivery ${delivery.id} has not failed` } },
+    });
   });
 });
