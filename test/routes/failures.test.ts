@@ -269,3 +269,24 @@ describe("retries the routing object refuses itself", () => {
     });
   });
 });
+
+it("a reply waiting to be retried when GENERIC_REPLY_URL is removed fails for good, saying why", async () => {
+  replyAnswer = () => new Response("busy", { status: 503 });
+  const chat = unique("chat");
+  const key = genericKey(chat);
+  const sent = await send({ chat_id: chat, text: "hello" });
+  await runAlarm(key);
+  expect((await view(sent.body.session_id)).deliveries).toMatchObject([{ status: "pending", attempts: 1 }]);
+  const { GENERIC_REPLY_URL: _removed, ...withoutReplyUrl } = agentConfig({ HOOK_URLS: "" });
+  useConfig(withoutReplyUrl);
+  const [item] = await router(key).outbox();
+  setNow(item!.dueAt);
+  await runAlarm(key);
+  expect((await view(sent.body.session_id)).deliveries).toMatchObject([
+    { status: "failed", attempts: 2, last_error: expect.stringContaining("GENERIC_REPLY_URL") },
+  ]);
+  // Failed for good: no later attempt.
+  setNow(item!.dueAt + 60 * MINUTE);
+  await runAlarm(key);
+  expect(replies()).toHaveLength(1);
+});
