@@ -8,12 +8,24 @@
  */
 import { env } from "cloudflare:test";
 import { expect, it } from "vitest";
-import { MINUTE, T0, adminFetch, alarmOf, genericKey, router, runAlarm, send, setNow, unique } from "../helpers";
+import {
+  MINUTE,
+  T0,
+  adminFetch,
+  alarmOf,
+  genericKey,
+  router,
+  runAlarm,
+  send,
+  setNow,
+  unique,
+  useConfig,
+} from "../helpers";
 import { injectD1Fault } from "../../src/db/client";
 import { backoffDelay } from "../../src/http/backoff";
 import { RUN_LEASE_MS } from "../../src/domain/turn-hold";
 import { accepted, agentApi, replyWith } from "../agent/support";
-import { type FakeServices, carriedBy, endBySql, overlapHooks, userMessages } from "./overlap-support";
+import { type FakeServices, carriedBy, endBySql, overlapConfig, overlapHooks, userMessages } from "./overlap-support";
 
 const fake = overlapHooks({});
 let services: FakeServices;
@@ -205,5 +217,30 @@ it("a hand-off of the ended session still staged does not count as the fresh ses
   const inFresh = services.agentCalls().filter((c) => c.json.session.id === fresh.body.session_id);
   expect(inFresh.map((c) => [c.json.message.text, c.json.session.is_new, c.json.reset?.reason ?? null])).toEqual([
     ["hello", true, "new_command"],
+  ]);
+});
+
+it("the built-in echo agent, its entry rebuilt while the reset notice is owed: only the first reply carries it", async () => {
+  const { AGENT_URL: _none, AGENT_TOKEN: _token, ...echo } = overlapConfig();
+  useConfig(echo);
+  services = fake(() => replyWith("unused"));
+  const chat = unique("chat");
+  const key = genericKey(chat);
+  await send({ chat_id: chat, text: "yesterday" });
+  await runAlarm(key);
+  await router(key).drained();
+  setNow(T0 + 2 * 24 * 60 * MINUTE);
+  await send({ chat_id: chat, text: "one" });
+  await forget(key);
+  await send({ chat_id: chat, text: "two" });
+  for (let pass = 0; pass < 3; pass++) {
+    await runAlarm(key);
+    await router(key).drained();
+  }
+  expect(services.agentCalls()).toEqual([]);
+  expect(services.replies().map((r) => [r.text, r.notice ?? null])).toEqual([
+    [expect.stringContaining("yesterday"), null],
+    [expect.stringContaining("one"), "idle"],
+    [expect.stringContaining("two"), null],
   ]);
 });
