@@ -266,6 +266,8 @@ describe("no silent drop (invariant 1)", () => {
     }
     expect(failed.status).toBe(503);
     expect(failed.body.error.code).toBe("unavailable");
+    // The platform (or the person reading its log) is told it may retry, and why.
+    expect(failed.body.error.message).toMatch(/^storage unavailable, retry later \(.*messages/);
     expect((await messagesOf(first.body.session_id)).map((m) => m.text)).toEqual(["before"]);
     // The failed attempt left no dedupe mark and no staged hand-off behind.
     const mark = await env.DB.prepare(`SELECT 1 FROM inbound_events WHERE event_id = ?`).bind(failed.eventId).first();
