@@ -38,7 +38,8 @@ describe("fetchHeaders", () => {
     for (const [, answer] of answers) {
       vi.spyOn(globalThis, "fetch").mockResolvedValueOnce(answer());
       const result = await fetchHeaders("test download", "https://files.test/a", {}, []);
-      outcomes.push(result.ok ? ["ok", await result.response.text()] : [result.outcome.status, result.outcome.error]);
+      if (result.ok) outcomes.push(["ok", await result.response.text()]);
+      else outcomes.push(result.outcome.ok ? ["refusal expected"] : [result.outcome.status, result.outcome.error]);
     }
     expect(outcomes).toEqual([
       ["ok", "bytes"],

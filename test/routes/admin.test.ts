@@ -1,5 +1,5 @@
 /** The operator API (spec "Operator API"), through the worker's own fetch. */
-import { exports } from "cloudflare:workers";
+import { env, exports } from "cloudflare:workers";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import {
   ADMIN_TOKEN,
@@ -91,6 +91,29 @@ describe("routes", () => {
     await send({ chat_id: chat }); // the hand-off is due now, so the alarm is at T0 + 1
     const body = (await (await adminFetch(routePath(key))).json()) as any;
     expect(body.alarm_at).toBe(T0 + 60 * MINUTE + 1);
+  });
+
+  it("an ended session's route has no deadline; a row deleted by hand leaves the entry with no row", async () => {
+    const chat = unique("chat");
+    const key = genericKey(chat);
+    const sent = await send({ chat_id: chat });
+    const ended = await adminFetch(`/admin/sessions/${sent.body.session_id}/end`, { method: "POST" });
+    expect(ended.status).toBe(200);
+    const after = (await (await adminFetch(routePath(key))).json()) as any;
+    expect(after.session).toMatchObject({ id: sent.body.session_id, end_reason: "admin" });
+    expect(after.alarm_at).toBeNull();
+    // The entry still names it (the next message decides what follows).
+    expect(after.entry).toMatchObject({ session_id: sent.body.session_id });
+    await env.DB.batch([
+      env.DB.prepare(`PRAGMA defer_foreign_keys = on`),
+      env.DB.prepare(`DELETE FROM sessions WHERE id = ?`).bind(sent.body.session_id),
+    ]);
+    const gone = (await (await adminFetch(routePath(key))).json()) as any;
+    expect(gone).toMatchObject({
+      entry: { session_id: sent.body.session_id, last_active_at: null, notice_pending: null },
+      alarm_at: null,
+      session: null,
+    });
   });
 
   it("handles keys with encoded ids", async () => {

@@ -204,6 +204,23 @@ describe("explain", () => {
     expect((await explainOf(key)).open_run).toBeNull();
   });
 
+  it("shows a hand-off being retried as dispatching, with its attempts and last error", async () => {
+    useConfig(agentConfig());
+    const services = fakeServices(() => new Response("busy", { status: 503 }));
+    const chat = unique("chat");
+    const key = genericKey(chat);
+    try {
+      await send({ chat_id: chat });
+      await runAlarm(key);
+    } finally {
+      services.restore();
+    }
+    const body = await explainOf(key);
+    expect(body.open_run).toMatchObject({ status: "dispatching", attempts: 1, lease_until: null });
+    expect(body.open_run.last_error).toContain("503");
+    expect(body.open_run.run_id).toBe(services.agentCalls()[0]!.json.run_id);
+  });
+
   it("needs the admin token", async () => {
     const response = await exports.default.fetch(new Request(`${BASE}${routePath("generic:dm:x")}/explain`));
     expect(response.status).toBe(401);

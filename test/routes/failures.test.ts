@@ -5,6 +5,7 @@
  * be retried: `POST /admin/runs/{id}/retry`, `POST /admin/deliveries/{event_id}/retry`,
  * each 200 with the item as it now stands, 404 unknown, 409 not failed.
  */
+import { env } from "cloudflare:workers";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import {
   MINUTE,
@@ -163,7 +164,10 @@ describe("runs_failed and POST /admin/runs/{id}/retry", () => {
     await post(`/admin/sessions/${sent.body.session_id}/end`);
     const retried = await post(`/admin/runs/${run.run_id}/retry`);
     expect(retried.status).toBe(409);
-    expect(((await retried.json()) as any).error.code).toBe("session_ended");
+    expect(((await retried.json()) as any).error).toEqual({
+      code: "session_ended",
+      message: `the session of run ${run.run_id} has ended: its reply could land nowhere`,
+    });
   });
 });
 
@@ -243,7 +247,24 @@ describe("retries the routing object refuses itself", () => {
     expect((await messagesOf(sent.body.session_id)).map((m) => m.text)).toEqual(["please", "second time"]);
   });
 
-  it("what vanished between the route's read and the object's call (the sweep) is a 404 naming it; a sent delivery a 409", async () => {
+  it("409 not_retryable for a failed run written before runs kept their message", async () => {
+    agentAnswer = () => new Response("bad", { status: 400 });
+    const chat = unique("chat");
+    await send({ chat_id: chat });
+    await runAlarm(genericKey(chat));
+    const { run_id } = agentCalls()[0]!.json;
+    // As a row from before the `message` column was filled.
+    await env.DB.prepare(`UPDATE runs SET message = NULL WHERE id = ?`).bind(run_id).run();
+    const retried = await post(`/admin/runs/${run_id}/retry`);
+    expect(retried.status).toBe(409);
+    expect(((await retried.json()) as any).error).toEqual({
+      code: "not_retryable",
+      message: `run ${run_id} predates retries (no message kept)`,
+    });
+    expect(agentCalls()).toHaveLength(1);
+  });
+
+  it("a row deleted by hand after the route read it is the object's own 404 naming it; a sent delivery a 409", async () => {
     const chat = unique("chat");
     const key = genericKey(chat);
     const sent = await send({ chat_id: chat });
