@@ -259,3 +259,51 @@ describe("a kill between recording the agent's 200 answer and staging its delive
     expect(delivery).toEqual({ status: "sent", attempts: 1 });
   });
 });
+
+describe("an answer staged before a batch D1 never stored (a kill between them)", () => {
+  /** A delivery item as a kill leaves it: staged, its D1 row never written. */
+  async function stageOrphanAnswer(key: string, chat: string, work: { kind: "command" | "reply"; beforeBatch?: true }) {
+    const sent = await send({ chat_id: chat, text: "hello" });
+    await runAlarm(key);
+    const deliveryId = `dl_${unique("orphan")}`;
+    await runInDurableObject(router(key), async (_instance, state) => {
+      new RouterStorage(state.storage.sql).put({
+        id: deliveryId,
+        kind: "delivery",
+        payload: {
+          deliveryId,
+          sessionId: sent.body.session_id,
+          sessionKey: key,
+          platform: "generic",
+          text: "never stored",
+          notice: null,
+          eventId: null,
+          target: { platform: "generic" },
+          ...work,
+        },
+        dueAt: T0,
+        attempts: 0,
+        lastError: null,
+        createdAt: T0,
+      });
+      await state.storage.setAlarm(T0);
+    });
+    return deliveryId;
+  }
+
+  for (const [what, work] of [
+    ["a command's answer", { kind: "command" }],
+    ["a run API reply", { kind: "reply", beforeBatch: true }],
+  ] as const) {
+    it(`${what} is never sent, and leaves the outbox`, async () => {
+      useConfig(agentConfig({ HOOK_URLS: "" }));
+      services = fakeServices(() => replyWith("answered"));
+      const chat = unique("chat");
+      const key = genericKey(chat);
+      const deliveryId = await stageOrphanAnswer(key, chat, work);
+      await runAlarm(key);
+      expect(services.replies().map((r) => r.text)).toEqual(["answered"]);
+      expect((await router(key).outbox()).map((item) => item.id)).not.toContain(deliveryId);
+    });
+  }
+});
