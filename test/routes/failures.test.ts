@@ -6,7 +6,7 @@
  * each 200 with the item as it now stands, 404 unknown, 409 not failed.
  */
 import { env } from "cloudflare:workers";
-import { afterEach, beforeEach, describe, expect, it } from "vitest";
+import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
 import {
   MINUTE,
   T0,
@@ -42,6 +42,7 @@ beforeEach(() => {
   });
 });
 afterEach(() => {
+  vi.restoreAllMocks();
   injectD1Fault(null);
   outbound.restore();
   restoreClock();
@@ -196,10 +197,45 @@ describe("deliveries_failed and POST /admin/deliveries/{event_id}/retry", () => 
     await runAlarm(key);
     expect(replies().map((r) => r.text)).toEqual(["hi", "hi"]);
     expect((await view(sent.body.session_id)).deliveries).toMatchObject([{ status: "sent", attempts: 1 }]);
+    // A delivery that went through is not counted as failed.
+    expect((await metrics()).deliveries_failed).toBe(before + 1);
     // Sent now: a second retry is a 409 and sends nothing.
     expect((await post(`/admin/deliveries/${encodeURIComponent(sent.eventId)}/retry`)).status).toBe(409);
     await runAlarm(key);
     expect(replies()).toHaveLength(2);
+  });
+
+  it("logs each failed attempt with its delivery, status and whether it will be retried", async () => {
+    const warn = vi.spyOn(console, "warn").mockImplementation(() => undefined);
+    let calls = 0;
+    const answers = [503, 410, 200];
+    replyAnswer = () => new Response("no", { status: answers[calls++]! });
+    const chat = unique("chat");
+    const key = genericKey(chat);
+    const sent = await send({ chat_id: chat, text: "hello" });
+    await runAlarm(key);
+    const [item] = await router(key).outbox();
+    setNow(item!.dueAt);
+    await runAlarm(key);
+    // The operator's retry goes through: a delivery that worked is not logged as failed.
+    expect((await post(`/admin/deliveries/${encodeURIComponent(sent.eventId)}/retry`)).status).toBe(200);
+    await runAlarm(key);
+    expect(replies()).toHaveLength(3);
+    const failures = warn.mock.calls
+      .map(([line]) => JSON.parse(String(line)) as Record<string, unknown>)
+      .filter((line) => line.msg === "reply delivery failed");
+    const [delivery] = (await view(sent.body.session_id)).deliveries;
+    const expected = {
+      session_key: key,
+      session_id: sent.body.session_id,
+      delivery_id: delivery.id,
+      platform: "generic",
+      kind: "reply",
+    };
+    expect(failures).toEqual([
+      expect.objectContaining({ ...expected, attempt: 1, status: 503, will_retry: true }),
+      expect.objectContaining({ ...expected, attempt: 2, status: 410, will_retry: false }),
+    ]);
   });
 
   it("404 for an event nothing was delivered for", async () => {
