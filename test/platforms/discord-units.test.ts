@@ -1,0 +1,172 @@
+/**
+ * Discord's pieces one by one, where the end-to-end tests in discord.test.ts cannot
+ * reach every case: its settings refused with the key named, the reply targets
+ * refused before any call, how Discord's answers are read (429's `retry_after`, a
+ * token gone), and a long reply whose later part fails once a followup is out.
+ */
+import { afterEach, beforeEach, describe, expect, it } from "vitest";
+import { ConfigError } from "../../src/config";
+import { classify, sendDiscord } from "../../src/platforms/discord/send";
+import { discordSettings } from "../../src/platforms/discord/settings";
+import type { PlatformEnv } from "../../src/platforms/types";
+import { T0, captureFetch, restoreClock, setNow, type Captured } from "../helpers";
+import { outboundReply } from "./outbound";
+
+const DISCORD_API = "https://discord.test/api";
+const KEY_HEX = "AB".repeat(32);
+const env = {
+  DISCORD_PUBLIC_KEY: KEY_HEX,
+  DISCORD_APPLICATION_ID: "123456789012345678",
+  DISCORD_API_BASE: DISCORD_API,
+} as unknown as PlatformEnv;
+const target = { application_id: "123456789012345678", token: "tok", interaction_at: T0 };
+
+let answers: (() => Response)[];
+let outbound: { calls: Captured[]; restore: () => void };
+beforeEach(() => {
+  setNow(T0 + 1_000);
+  answers = [];
+  outbound = captureFetch(() => (answers.shift() ?? (() => Response.json({ id: "m1" })))());
+});
+afterEach(() => {
+  outbound.restore();
+  restoreClock();
+});
+
+const settingsError = (overrides: Record<string, string>): ConfigError | null => {
+  try {
+    discordSettings({ ...env, ...overrides } as unknown as PlatformEnv);
+    return null;
+  } catch (error) {
+    return error as ConfigError;
+  }
+};
+
+describe("discordSettings", () => {
+  it("keeps the public key in lower-case hex and the application id as given", () => {
+    expect(discordSettings(env)).toMatchObject({
+      publicKeyHex: "ab".repeat(32),
+      applicationId: "123456789012345678",
+      apiBase: DISCORD_API,
+    });
+  });
+
+  it.each([
+    ["DISCORD_PUBLIC_KEY", "not hex", { DISCORD_PUBLIC_KEY: "zz".repeat(32) }],
+    ["DISCORD_PUBLIC_KEY", "31 bytes", { DISCORD_PUBLIC_KEY: "ab".repeat(31) }],
+    ["DISCORD_APPLICATION_ID", "not a number", { DISCORD_APPLICATION_ID: "app-1" }],
+    ["DISCORD_APPLICATION_ID", "digits then more", { DISCORD_APPLICATION_ID: "123abc" }],
+    ["DISCORD_APPLICATION_ID", "more then digits", { DISCORD_APPLICATION_ID: "abc123" }],
+  ])("refuses %s (%s), naming it and what it must be", (key, _what, overrides) => {
+    const error = settingsError(overrides);
+    expect(error).toBeInstanceOf(ConfigError);
+    expect(error!.key).toBe(key);
+    expect(error!.detail).toBe(
+      key === "DISCORD_PUBLIC_KEY"
+        ? "must be 64 hex characters (the application's Ed25519 public key)"
+        : "must be the application's numeric id (a snowflake)",
+    );
+  });
+});
+
+describe("sendDiscord", () => {
+  it.each<[string, Record<string, unknown>]>([
+    ["no application id", { ...target, application_id: undefined }],
+    ["an empty application id", { ...target, application_id: "" }],
+    ["no token", { ...target, token: undefined }],
+    ["an empty token", { ...target, token: "" }],
+    ["no interaction time", { ...target, interaction_at: undefined }],
+    ["an interaction time that is not a number", { ...target, interaction_at: Number.NaN }],
+  ])("refuses a reply target with %s, for good and without a call", async (_what, bad) => {
+    expect(await sendDiscord(outboundReply("discord", bad), env)).toEqual({
+      ok: false,
+      retryable: false,
+      retryAfterMs: null,
+      status: null,
+      error: "reply target has no Discord interaction token",
+    });
+    expect(outbound.calls).toEqual([]);
+  });
+
+  it("refuses for good, without a call, when Discord is not configured", async () => {
+    const outcome = await sendDiscord(outboundReply("discord", target), {} as PlatformEnv);
+    expect(outcome).toMatchObject({ ok: false, retryable: false, error: "discord is not configured or misconfigured" });
+    expect(outbound.calls).toEqual([]);
+  });
+
+  it("a one-part reply's failure is Discord's answer as classified", async () => {
+    answers = [() => new Response("busy", { status: 503 })];
+    expect(await sendDiscord(outboundReply("discord", target), env)).toMatchObject({
+      ok: false,
+      retryable: true,
+      status: 503,
+    });
+  });
+
+  it("a long reply whose followup fails after another followup went out is not retried, and says why", async () => {
+    const text = "a".repeat(2000) + "b".repeat(2000) + "c";
+    answers = [
+      () => Response.json({ id: "m1" }),
+      () => Response.json({ id: "m2" }),
+      () => new Response("busy", { status: 503 }),
+    ];
+    const outcome = await sendDiscord(outboundReply("discord", target, text), env);
+    expect(outbound.calls.map((c) => c.method)).toEqual(["PATCH", "POST", "POST"]);
+    expect(outcome).toMatchObject({ ok: false, retryable: false, retryAfterMs: null, status: 503 });
+    expect(outcome.error).toMatch(/^part 3 of 3: .*503.* \(not retried: earlier followups were sent\)$/);
+  });
+
+  it("a long reply whose first followup fails may be retried (editing @original again is harmless)", async () => {
+    const text = "a".repeat(2000) + "b";
+    answers = [() => Response.json({ id: "m1" }), () => new Response("busy", { status: 503 })];
+    const outcome = await sendDiscord(outboundReply("discord", target, text), env);
+    expect(outcome).toMatchObject({ ok: false, retryable: true, status: 503 });
+    expect(outcome.error).toMatch(/^part 2 of 2: /);
+    expect(outcome.error).not.toContain("not retried");
+  });
+});
+
+describe("classify", () => {
+  const failed = (status: number, json: unknown = null) => ({
+    ok: false as const,
+    retryable: status >= 500 || status === 429,
+    retryAfterMs: 7_000,
+    status,
+    error: `HTTP ${status}`,
+    json,
+  });
+
+  it("a success is not retried", () => {
+    expect(
+      classify({ ok: true, retryable: false, retryAfterMs: null, status: 200, error: null, json: {} } as never),
+    ).toEqual({
+      ok: true,
+      retryable: false,
+      retryAfterMs: null,
+      status: 200,
+      error: null,
+    });
+  });
+
+  it("429 waits Discord's retry_after (seconds), else the Retry-After header's time", () => {
+    expect(classify(failed(429, { retry_after: 1.2 }) as never)).toMatchObject({ retryable: true, retryAfterMs: 1200 });
+    expect(classify(failed(429, { retry_after: 0 }) as never)).toMatchObject({ retryable: true, retryAfterMs: 0 });
+    expect(classify(failed(429, { retry_after: -1 }) as never)).toMatchObject({ retryable: true, retryAfterMs: 7_000 });
+    expect(classify(failed(429, { retry_after: "soon" }) as never)).toMatchObject({ retryAfterMs: 7_000 });
+    expect(classify(failed(429, null) as never)).toMatchObject({ retryAfterMs: 7_000 });
+  });
+
+  it("401 and 404 mean the token is gone: failed for good, saying so", () => {
+    for (const status of [401, 404]) {
+      expect(classify(failed(status) as never)).toMatchObject({
+        ok: false,
+        retryable: false,
+        status,
+        error: `discord: interaction token expired or unknown (HTTP ${status})`,
+      });
+    }
+    expect(classify({ ...failed(404), error: null } as never)).toMatchObject({
+      error: "discord: interaction token expired or unknown (HTTP 404)",
+    });
+  });
+});
