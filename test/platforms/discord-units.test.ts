@@ -4,9 +4,17 @@
  * refused before any call, how Discord's answers are read (429's `retry_after`, a
  * token gone), and a long reply whose later part fails once a followup is out.
  */
+import type { HTTPException } from "hono/http-exception";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { ConfigError } from "../../src/config";
 import { classify, sendDiscord } from "../../src/platforms/discord/send";
+import {
+  conversationOf,
+  firstStringOption,
+  interactionText,
+  snowflakeTime,
+  type CommandInteraction,
+} from "../../src/platforms/discord/interactions";
 import { discordSettings } from "../../src/platforms/discord/settings";
 import type { PlatformEnv } from "../../src/platforms/types";
 import { T0, captureFetch, restoreClock, setNow, type Captured } from "../helpers";
@@ -168,5 +176,76 @@ describe("classify", () => {
     expect(classify({ ...failed(404), error: null } as never)).toMatchObject({
       error: "discord: interaction token expired or unknown (HTTP 404)",
     });
+  });
+});
+
+describe("reading an interaction", () => {
+  const command = (fields: Record<string, unknown>) =>
+    ({ data: { name: "ask", options: [] }, ...fields }) as unknown as CommandInteraction;
+
+  it("takes the first string option, inside subcommands and groups too, skipping other types", () => {
+    expect(firstStringOption(undefined)).toBeNull();
+    expect(firstStringOption([{ type: 4, name: "n", value: 3 }] as never)).toBeNull();
+    expect(
+      firstStringOption([
+        { type: 3, name: "a", value: 7 },
+        { type: 1, name: "sub", options: [{ type: 4, name: "n", value: 1 }] },
+        {
+          type: 2,
+          name: "group",
+          options: [{ type: 1, name: "sub", options: [{ type: 3, name: "q", value: "deep" }] }],
+        },
+      ] as never),
+    ).toBe("deep");
+    expect(
+      firstStringOption([
+        { type: 1, name: "sub", options: [{ type: 3, name: "q", value: "first" }] },
+        { type: 3, name: "later", value: "second" },
+      ] as never),
+    ).toBe("first");
+  });
+
+  it('an option of only spaces is no text: null, or "" when attachments come with it', () => {
+    const spaces = command({ data: { name: "ask", options: [{ type: 3, name: "q", value: "   " }] } });
+    expect(interactionText(spaces)).toBeNull();
+    expect(interactionText(spaces, 1)).toBe("");
+    const asked = command({ data: { name: "ask", options: [{ type: 3, name: "q", value: " hi " }] } });
+    expect(interactionText(asked)).toBe(" hi ");
+  });
+
+  it("a guild interaction needs member.user.id and a channel; channel_id stands in for the channel object", async () => {
+    const guild = { guild_id: "g1", member: { user: { id: "u1" } } };
+    expect(conversationOf(command({ ...guild, channel_id: "c9" }))).toEqual({
+      chatType: "channel",
+      chatId: "c9",
+      userId: "u1",
+      threadId: null,
+    });
+    const refusal = async (fields: Record<string, unknown>) => {
+      try {
+        conversationOf(command(fields));
+        return null;
+      } catch (error) {
+        const response = (error as HTTPException).getResponse();
+        return { status: response.status, message: ((await response.json()) as any).error.message };
+      }
+    };
+    expect(await refusal({ guild_id: "g1", channel_id: "c9" })).toEqual({
+      status: 400,
+      message: "member.user.id is required for this interaction",
+    });
+    expect(await refusal(guild)).toEqual({ status: 400, message: "channel_id is required for this interaction" });
+    expect(await refusal({})).toEqual({ status: 400, message: "user.id is required for this interaction" });
+  });
+
+  it("a DM interaction's user comes from user, else member.user", () => {
+    expect(conversationOf(command({ user: { id: "u2" } }))).toMatchObject({ chatType: "dm", chatId: "u2" });
+    expect(conversationOf(command({ member: { user: { id: "u3" } } }))).toMatchObject({ chatType: "dm", chatId: "u3" });
+  });
+
+  it("a snowflake's time is its top bits plus Discord's epoch; a malformed id has none", () => {
+    // The example of Discord's documentation ("Snowflakes").
+    expect(snowflakeTime("175928847299117063")).toBe(1_462_015_105_796);
+    expect(snowflakeTime("not-a-number")).toBeNull();
   });
 });
