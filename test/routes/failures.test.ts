@@ -300,6 +300,76 @@ describe("retries the routing object refuses itself", () => {
     expect(agentCalls()).toHaveLength(1);
   });
 
+  it("D1 failing while a run's retry is written leaves nothing staged; the retry can be asked again", async () => {
+    let refuse = true;
+    agentAnswer = () => (refuse ? new Response("bad", { status: 400 }) : replyWith("at last"));
+    const chat = unique("chat");
+    const key = genericKey(chat);
+    await send({ chat_id: chat, text: "please" });
+    await runAlarm(key);
+    const { run_id } = agentCalls()[0]!.json;
+    const fault = injectD1Fault({ match: (sql) => sql.some((s) => s.includes("SET failed_at = NULL")) });
+    const failed = await post(`/admin/runs/${run_id}/retry`);
+    injectD1Fault(null);
+    expect(fault.hits()).toBe(1);
+    expect(failed.status).toBeGreaterThanOrEqual(500);
+    // Nothing was staged for a retry D1 never recorded.
+    expect(await router(key).outbox()).toEqual([]);
+    refuse = false;
+    expect((await post(`/admin/runs/${run_id}/retry`)).status).toBe(200);
+    await runAlarm(key);
+    expect(replies().map((r) => r.text)).toEqual(["at last"]);
+  });
+
+  it("a delivery retry over a dead letter whose batch committed but did not answer replaces the item left behind", async () => {
+    let refuse = true;
+    replyAnswer = () => (refuse ? new Response("gone", { status: 410 }) : new Response("ok"));
+    const chat = unique("chat");
+    const key = genericKey(chat);
+    const sent = await send({ chat_id: chat, text: "hello" });
+    injectD1Fault({
+      afterCommit: true,
+      match: (sql) => sql.some((s) => s.includes("UPDATE deliveries SET status = ?")),
+    });
+    await runAlarm(key);
+    injectD1Fault(null);
+    expect((await router(key).outbox()).map((item) => item.kind)).toEqual(["delivery"]);
+    refuse = false;
+    const retried = await post(`/admin/deliveries/${encodeURIComponent(sent.eventId)}/retry`);
+    expect(retried.status).toBe(200);
+    await runAlarm(key);
+    expect((await view(sent.body.session_id)).deliveries).toMatchObject([{ status: "sent" }]);
+    expect(replies().map((r) => r.text)).toEqual(["hi", "hi"]);
+  });
+
+  it("a failed run that carried several waiting messages is handed over again with all of them", async () => {
+    let refuse = true;
+    agentAnswer = (request) => {
+      if (request.json.message.text === "one") return accepted();
+      return refuse ? new Response("bad", { status: 400 }) : replyWith("both answered");
+    };
+    const chat = unique("chat");
+    const key = genericKey(chat);
+    await send({ chat_id: chat, text: "one" });
+    await runAlarm(key);
+    const first = agentCalls()[0]!.json;
+    // Queue mode: these two wait behind the accepted run, then go as one run.
+    await send({ chat_id: chat, text: "two" });
+    await send({ chat_id: chat, text: "three" });
+    expect((await agentApi(`/v1/runs/${first.run_id}/reply`, first.run_token, { text: "re: one" })).status).toBe(200);
+    await runAlarm(key);
+    const batched = agentCalls()[1]!.json;
+    expect(batched.messages.map((m: { text: string }) => m.text)).toEqual(["two", "three"]);
+    refuse = false;
+    setNow(T0 + MINUTE);
+    expect((await post(`/admin/runs/${batched.run_id}/retry`)).status).toBe(200);
+    await runAlarm(key);
+    const again = agentCalls()[2]!.json;
+    expect(again.run_id).toBe(batched.run_id);
+    expect(again.messages.map((m: { text: string }) => m.text)).toEqual(["two", "three"]);
+    expect(replies().map((r) => r.text)).toEqual(["re: one", "both answered"]);
+  });
+
   it("a row deleted by hand after the route read it is the object's own 404 naming it; a sent delivery a 409", async () => {
     const chat = unique("chat");
     const key = genericKey(chat);
