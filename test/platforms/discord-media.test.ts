@@ -135,11 +135,17 @@ describe("attachment options", () => {
     expect(request.message.attachments).toEqual([expect.objectContaining({ kind: "audio", name: "memo.ogg" })]);
   });
 
-  it("finds attachment options inside a subcommand", async () => {
+  it("finds attachment options inside a subcommand, and inside a subcommand group", async () => {
     const { request } = await handedOff(attachmentOnly, (body) => {
       body.data.options = [{ name: "file", type: 1, options: body.data.options }];
     });
     expect(request.message.attachments).toHaveLength(1);
+    const grouped = await handedOff(attachmentOnly, (body) => {
+      body.data.options = [
+        { name: "files", type: 2, options: [{ name: "file", type: 1, options: body.data.options }] },
+      ];
+    });
+    expect(grouped.request.message.attachments).toHaveLength(1);
   });
 
   it("answers 400 to an attachment option missing from resolved.attachments, storing nothing", async () => {
@@ -147,6 +153,12 @@ describe("attachment options", () => {
     const body = interaction(attachmentOnly, (b) => (b.data.resolved.attachments = {}));
     const response = await post(body);
     expect(response.status).toBe(400);
+    expect(await response.json()).toEqual({
+      error: {
+        code: "invalid_body",
+        message: expect.stringMatching(/^data\.resolved\.attachments\.\d+ is required for this option$/),
+      },
+    });
     expect(await tableCounts()).toEqual(before);
   });
 
@@ -177,6 +189,7 @@ describe("GET /v1/attachments/{id} from Discord", () => {
     cdnAnswer = () => new Response("This content is no longer available.", { status: 404 });
     const error = await errorOf(await fetchAttachment(request.message.attachments[0].path, request.run_token));
     expect(error.status).toBe(502);
+    expect(error.message).toContain("discord attachment download answered HTTP 404");
     expectNoneOf(error.message, ["hm=", "cdn.discordapp.com"]);
   });
 

@@ -5,7 +5,8 @@
  * token gone), and a long reply whose later part fails once a followup is out.
  */
 import type { HTTPException } from "hono/http-exception";
-import { afterEach, beforeEach, describe, expect, it } from "vitest";
+import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
+import { discord } from "../../src/platforms/discord";
 import { ConfigError } from "../../src/config";
 import { classify, sendDiscord } from "../../src/platforms/discord/send";
 import {
@@ -102,13 +103,15 @@ describe("sendDiscord", () => {
     expect(outbound.calls).toEqual([]);
   });
 
-  it("a one-part reply's failure is Discord's answer as classified", async () => {
+  it("a one-part reply's failure is Discord's answer as classified; a later part's names the part", async () => {
     answers = [() => new Response("busy", { status: 503 })];
-    expect(await sendDiscord(outboundReply("discord", target), env)).toMatchObject({
-      ok: false,
-      retryable: true,
-      status: 503,
-    });
+    const one = await sendDiscord(outboundReply("discord", target), env);
+    expect(one).toMatchObject({ ok: false, retryable: true, status: 503 });
+    expect(one.error).not.toMatch(/^part /);
+    // The first followup fails: it may be retried (editing @original again is harmless).
+    answers = [() => Response.json({ id: "m1" }), () => new Response("busy", { status: 503 })];
+    const two = await sendDiscord(outboundReply("discord", target, "a".repeat(2000) + "b"), env);
+    expect(two).toMatchObject({ ok: false, retryable: true, status: 503, error: `part 2 of 2: ${one.error}` });
   });
 
   it("a long reply whose followup fails after another followup went out is not retried, and says why", async () => {
@@ -122,15 +125,6 @@ describe("sendDiscord", () => {
     expect(outbound.calls.map((c) => c.method)).toEqual(["PATCH", "POST", "POST"]);
     expect(outcome).toMatchObject({ ok: false, retryable: false, retryAfterMs: null, status: 503 });
     expect(outcome.error).toMatch(/^part 3 of 3: .*503.* \(not retried: earlier followups were sent\)$/);
-  });
-
-  it("a long reply whose first followup fails may be retried (editing @original again is harmless)", async () => {
-    const text = "a".repeat(2000) + "b";
-    answers = [() => Response.json({ id: "m1" }), () => new Response("busy", { status: 503 })];
-    const outcome = await sendDiscord(outboundReply("discord", target, text), env);
-    expect(outcome).toMatchObject({ ok: false, retryable: true, status: 503 });
-    expect(outcome.error).toMatch(/^part 2 of 2: /);
-    expect(outcome.error).not.toContain("not retried");
   });
 });
 
@@ -247,5 +241,34 @@ describe("reading an interaction", () => {
     // The example of Discord's documentation ("Snowflakes").
     expect(snowflakeTime("175928847299117063")).toBe(1_462_015_105_796);
     expect(snowflakeTime("not-a-number")).toBeNull();
+  });
+});
+
+describe("whether a reply can be delivered to Discord", () => {
+  const config = {} as never;
+  const misconfigured = { ...env, DISCORD_PUBLIC_KEY: "ab" } as unknown as PlatformEnv;
+  const loggedPlatforms = (spy: { mock: { calls: unknown[][] } }) =>
+    spy.mock.calls.map(([line]) => (JSON.parse(String(line)) as { platform?: string }).platform);
+
+  it("only a target with an interaction token, with Discord configured", () => {
+    const canDeliver = discord.sender!.canDeliver;
+    expect(canDeliver({ platform: "discord", ...target }, config, env)).toBe(true);
+    expect(canDeliver({ platform: "discord", ...target, token: "" }, config, env)).toBe(false);
+    expect(canDeliver({ platform: "discord", ...target }, config, {} as PlatformEnv)).toBe(false);
+  });
+
+  it("a misconfigured Discord delivers nothing, and the log names the platform", async () => {
+    const error = vi.spyOn(console, "error").mockImplementation(() => undefined);
+    try {
+      expect(discord.sender!.canDeliver({ platform: "discord", ...target }, config, misconfigured)).toBe(false);
+      expect(await sendDiscord(outboundReply("discord", target), misconfigured)).toMatchObject({
+        ok: false,
+        retryable: false,
+      });
+      expect(loggedPlatforms(error)).toEqual(["discord", "discord"]);
+      expect(outbound.calls).toEqual([]);
+    } finally {
+      error.mockRestore();
+    }
   });
 });
