@@ -21,7 +21,7 @@ import {
   unique,
   useConfig,
 } from "../helpers";
-import { agentConfig, fakeServices, replyWith } from "./support";
+import { accepted, agentApi, agentConfig, fakeServices, replyWith } from "./support";
 
 let services: ReturnType<typeof fakeServices> | undefined;
 
@@ -165,4 +165,48 @@ it("a reply kept across a D1 failure is recorded even if AGENT_URL was removed b
   await router(key).drained();
   expect(services.replies().map((r) => r.text)).toEqual(["the agent's answer"]);
   expect((await messagesOf(sent.body.session_id)).map((m) => m.text)).toEqual(["question", "the agent's answer"]);
+});
+
+it("an agent that posts its reply twice through the run API gets 409 finished, and the chat one message", async () => {
+  services = fakeServices(() => accepted());
+  const chat = unique("chat");
+  const key = genericKey(chat);
+  await send({ chat_id: chat, text: "question" });
+  await runAlarm(key);
+  const { run_id, run_token } = services.agentCalls()[0]!.json;
+  expect((await agentApi(`/v1/runs/${run_id}/reply`, run_token, { text: "answer" })).status).toBe(200);
+  await runAlarm(key);
+  await router(key).drained();
+  expect(services.replies().map((r) => r.text)).toEqual(["answer"]);
+  const again = await agentApi(`/v1/runs/${run_id}/reply`, run_token, { text: "answer" });
+  expect(again).toEqual({ status: 409, body: { owns: false, reason: "finished" } });
+  await runAlarm(key);
+  await router(key).drained();
+  expect(services.replies().map((r) => r.text)).toEqual(["answer"]);
+});
+
+it("a run API reply whose batch committed but did not answer, while the hand-off waits to be retried, is delivered once and the agent not asked again", async () => {
+  services = fakeServices(() => new Response("busy", { status: 503 }));
+  const chat = unique("chat");
+  const key = genericKey(chat);
+  const sent = await send({ chat_id: chat, text: "question" });
+  await runAlarm(key);
+  const { run_id, run_token } = services.agentCalls()[0]!.json;
+  // The agent got the run despite its 503 and answers through the run API; the answer is lost on the way back.
+  const fault = injectD1Fault({
+    afterCommit: true,
+    match: (sql) => sql.some((s) => s.includes("UPDATE runs SET finished_at")),
+  });
+  const replied = await agentApi(`/v1/runs/${run_id}/reply`, run_token, { text: "late answer" });
+  injectD1Fault(null);
+  expect(fault.hits()).toBe(1);
+  expect(replied.status).toBeGreaterThanOrEqual(500);
+  // The agent does not retry. The hand-off's retry comes due; the reply still reaches the chat, once.
+  setNow(T0 + 60_000);
+  await runAlarm(key);
+  await router(key).drained();
+  expect(services.agentCalls()).toHaveLength(1);
+  expect(services.replies().map((r) => r.text)).toEqual(["late answer"]);
+  expect((await messagesOf(sent.body.session_id)).map((m) => m.text)).toEqual(["question", "late answer"]);
+  expect(await router(key).outbox()).toEqual([]);
 });
