@@ -10,10 +10,6 @@ export const ADAPTERS: readonly PlatformAdapter<any>[] = [generic, telegram, sla
 
 const BY_NAME = new Map(ADAPTERS.map((adapter) => [adapter.name, adapter]));
 
-export function adapterFor(platform: string): PlatformAdapter<unknown> | null {
-  return BY_NAME.get(platform) ?? null;
-}
-
 export function senderFor(platform: string): PlatformSender | null {
   return BY_NAME.get(platform)?.sender ?? null;
 }
