@@ -201,6 +201,32 @@ describe("replies later through the run API (202)", () => {
     });
   });
 
+  it("after a reset, the first reply through the run API carries the notice, and the next one does not", async () => {
+    services = fakeServices(() => accepted());
+    const chat = unique("chat");
+    const key = genericKey(chat);
+    const answer = async (text: string) => {
+      await runAlarm(key);
+      const { run_id, run_token } = services.agentCalls().at(-1)!.json;
+      expect((await agentApi(`/v1/runs/${run_id}/reply`, run_token, { text })).status).toBe(200);
+      await runAlarm(key);
+    };
+    await send({ chat_id: chat, text: "yesterday" });
+    await answer("re: yesterday");
+    // Idle past the 60-minute policy: the next message starts a fresh session that owes the notice.
+    setNow(T0 + 2 * HOUR);
+    await send({ chat_id: chat, text: "one" });
+    await answer("re: one");
+    setNow(T0 + 2 * HOUR + 60_000);
+    await send({ chat_id: chat, text: "two" });
+    await answer("re: two");
+    expect(services.replies().map((r) => [r.text, r.notice ?? null])).toEqual([
+      ["re: yesterday", null],
+      ["re: one", "idle"],
+      ["re: two", null],
+    ]);
+  });
+
   it("a run only superseded by a newer message still delivers its reply (concurrent mode)", async () => {
     useConfig(agentConfig(CONCURRENT));
     services = fakeServices(() => accepted());
