@@ -194,6 +194,17 @@ describe("Telegram: at dispatch, then every 4 s while the run owns its session",
     warn.mockRestore();
   });
 
+  it("none for a hand-off whose session ended before it went out", async () => {
+    const key = newKey();
+    const routed = await router(key).route(telegram(key, chatIdOf()));
+    const sessionId = (routed.body as { session_id: string }).session_id;
+    expect((await router(key).endSession(sessionId, "admin")).status).toBe(200);
+    await runAlarm(key);
+    await router(key).drained();
+    expect(agentCalls()).toEqual([]);
+    expect(typingCalls()).toEqual([]);
+  });
+
   it("in a forum topic, with its message_thread_id", async () => {
     const key = newKey();
     const chatId = chatIdOf();
