@@ -215,3 +215,10 @@ export async function deliveriesOf(sessionId: string): Promise<any[]> {
   expect(response.status).toBe(200);
   return ((await response.json()) as any).deliveries;
 }
+
+/** The JSON log lines a console spy saw with this `msg` (the gateway logs one JSON object a line). */
+export function loggedLines(spy: { mock: { calls: unknown[][] } }, msg: string): Record<string, unknown>[] {
+  return spy.mock.calls
+    .map(([line]) => JSON.parse(String(line)) as Record<string, unknown>)
+    .filter((line) => line.msg === msg);
+}

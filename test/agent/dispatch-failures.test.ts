@@ -12,16 +12,17 @@ import {
   HOUR,
   T0,
   genericKey,
+  loggedLines,
   messagesOf,
   restoreClock,
-  runAlarm,
   router,
+  runAlarm,
   send,
   setNow,
   unique,
   useConfig,
 } from "../helpers";
-import { accepted, agentApi, agentConfig, fakeServices, replyWith } from "./support";
+import { accepted, agentApi, agentConfig, echoConfig, fakeServices, replyWith } from "./support";
 
 let services: ReturnType<typeof fakeServices> | undefined;
 
@@ -38,12 +39,8 @@ afterEach(() => {
   useConfig(null);
 });
 
-/** The "agent hand-off failed" lines logged so far (one JSON line each). */
-function handOffFailures(spy: { mock: { calls: unknown[][] } }): Record<string, unknown>[] {
-  return spy.mock.calls
-    .map(([line]) => JSON.parse(String(line)) as Record<string, unknown>)
-    .filter((line) => line.msg === "agent hand-off failed");
-}
+/** The "agent hand-off failed" lines logged so far. */
+const handOffFailures = (spy: { mock: { calls: unknown[][] } }) => loggedLines(spy, "agent hand-off failed");
 
 const runOf = (runId: string) =>
   env.DB.prepare(`SELECT finished_at, failed_at, attempts FROM runs WHERE id = ?`).bind(runId).first<any>();
@@ -132,8 +129,7 @@ it("a dead letter whose batch committed but did not answer is not handed to the 
 });
 
 it("the echo agent's turn still answers when its hand-off runs past the session's deadline (invariant 6)", async () => {
-  const { AGENT_URL: _none, AGENT_TOKEN: _token, ...echo } = agentConfig({ HOOK_URLS: "" });
-  useConfig(echo);
+  useConfig(echoConfig({ HOOK_URLS: "" }));
   services = fakeServices(() => replyWith("unused"));
   const chat = unique("chat");
   const key = genericKey(chat);
@@ -153,12 +149,13 @@ it("a reply kept across a D1 failure is recorded even if AGENT_URL was removed b
   const chat = unique("chat");
   const key = genericKey(chat);
   const sent = await send({ chat_id: chat, text: "question" });
-  injectD1Fault({ match: (sql) => sql.some((s) => s.includes("UPDATE runs SET finished_at")) });
+  const fault = injectD1Fault({ match: (sql) => sql.some((s) => s.includes("UPDATE runs SET finished_at")) });
   await runAlarm(key);
   injectD1Fault(null);
+  expect(fault.hits()).toBe(1);
+  expect(services.replies()).toEqual([]);
   // The operator switches to the built-in echo agent before the retry.
-  const { AGENT_URL: _none, AGENT_TOKEN: _token, ...echo } = agentConfig({ HOOK_URLS: "" });
-  useConfig(echo);
+  useConfig(echoConfig({ HOOK_URLS: "" }));
   const [item] = await router(key).outbox();
   setNow(item!.dueAt);
   await runAlarm(key);

@@ -20,6 +20,12 @@ export const agentConfig = (extra: Record<string, string> = {}) => ({
   ...extra,
 });
 
+/** The agent config without AGENT_URL and AGENT_TOKEN: the built-in echo agent answers. */
+export function echoConfig(extra: Record<string, string> = {}): Record<string, string> {
+  const { AGENT_URL: _url, AGENT_TOKEN: _token, ...echo } = agentConfig(extra);
+  return echo;
+}
+
 /**
  * Captures outbound calls: the agent answers with `agent(request)`, the reply URL
  * with 200. Anything else fails the test.

@@ -18,7 +18,7 @@ import {
 } from "../../src/platforms/discord/interactions";
 import { discordSettings } from "../../src/platforms/discord/settings";
 import type { PlatformEnv } from "../../src/platforms/types";
-import { T0, captureFetch, restoreClock, setNow, type Captured } from "../helpers";
+import { T0, captureFetch, loggedLines, restoreClock, setNow, type Captured } from "../helpers";
 import { outboundReply } from "./outbound";
 
 const DISCORD_API = "https://discord.test/api";
@@ -107,6 +107,7 @@ describe("sendDiscord", () => {
     answers = [() => new Response("busy", { status: 503 })];
     const one = await sendDiscord(outboundReply("discord", target), env);
     expect(one).toMatchObject({ ok: false, retryable: true, status: 503 });
+    expect(one.error).toContain("503");
     expect(one.error).not.toMatch(/^part /);
     // The first followup fails: it may be retried (editing @original again is harmless).
     answers = [() => Response.json({ id: "m1" }), () => new Response("busy", { status: 503 })];
@@ -167,9 +168,6 @@ describe("classify", () => {
         error: `discord: interaction token expired or unknown (HTTP ${status})`,
       });
     }
-    expect(classify({ ...failed(404), error: null } as never)).toMatchObject({
-      error: "discord: interaction token expired or unknown (HTTP 404)",
-    });
   });
 });
 
@@ -182,7 +180,6 @@ describe("reading an interaction", () => {
     expect(firstStringOption([{ type: 4, name: "n", value: 3 }] as never)).toBeNull();
     expect(
       firstStringOption([
-        { type: 3, name: "a", value: 7 },
         { type: 1, name: "sub", options: [{ type: 4, name: "n", value: 1 }] },
         {
           type: 2,
@@ -248,7 +245,7 @@ describe("whether a reply can be delivered to Discord", () => {
   const config = {} as never;
   const misconfigured = { ...env, DISCORD_PUBLIC_KEY: "ab" } as unknown as PlatformEnv;
   const loggedPlatforms = (spy: { mock: { calls: unknown[][] } }) =>
-    spy.mock.calls.map(([line]) => (JSON.parse(String(line)) as { platform?: string }).platform);
+    loggedLines(spy, "replies not sent: invalid configuration").map((line) => line.platform);
 
   it("only a target with an interaction token, with Discord configured", () => {
     const canDeliver = discord.sender!.canDeliver;

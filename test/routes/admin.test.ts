@@ -104,10 +104,7 @@ describe("routes", () => {
     expect(after.alarm_at).toBeNull();
     // The entry still names it (the next message decides what follows).
     expect(after.entry).toMatchObject({ session_id: sent.body.session_id });
-    await env.DB.batch([
-      env.DB.prepare(`PRAGMA defer_foreign_keys = on`),
-      env.DB.prepare(`DELETE FROM sessions WHERE id = ?`).bind(sent.body.session_id),
-    ]);
+    await env.DB.prepare(`DELETE FROM sessions WHERE id = ?`).bind(sent.body.session_id).run();
     const gone = (await (await adminFetch(routePath(key))).json()) as any;
     expect(gone).toMatchObject({
       entry: { session_id: sent.body.session_id, last_active_at: null, notice_pending: null },

@@ -13,6 +13,7 @@ import {
   adminFetch,
   captureFetch,
   genericKey,
+  loggedLines,
   messagesOf,
   restoreClock,
   router,
@@ -221,9 +222,7 @@ describe("deliveries_failed and POST /admin/deliveries/{event_id}/retry", () => 
     expect((await post(`/admin/deliveries/${encodeURIComponent(sent.eventId)}/retry`)).status).toBe(200);
     await runAlarm(key);
     expect(replies()).toHaveLength(3);
-    const failures = warn.mock.calls
-      .map(([line]) => JSON.parse(String(line)) as Record<string, unknown>)
-      .filter((line) => line.msg === "reply delivery failed");
+    const failures = loggedLines(warn, "reply delivery failed");
     const [delivery] = (await view(sent.body.session_id)).deliveries;
     const expected = {
       session_key: key,
@@ -277,7 +276,7 @@ describe("retries the routing object refuses itself", () => {
     expect((await post(`/admin/runs/${agentCalls()[0]!.json.run_id}/retry`)).status).toBe(200);
     await runAlarm(key);
     expect(agentCalls()).toHaveLength(2);
-    // The hand-off carries the retry's fresh token, which the run API accepts.
+    // The hand-off carries the retry's fresh token, not the one left behind.
     expect(agentCalls()[1]!.json.run_token).not.toBe(agentCalls()[0]!.json.run_token);
     expect(replies().map((r) => r.text)).toEqual(["second time"]);
     expect((await messagesOf(sent.body.session_id)).map((m) => m.text)).toEqual(["please", "second time"]);
@@ -370,7 +369,7 @@ describe("retries the routing object refuses itself", () => {
     expect(replies().map((r) => r.text)).toEqual(["re: one", "both answered"]);
   });
 
-  it("a row deleted by hand after the route read it is the object's own 404 naming it; a sent delivery a 409", async () => {
+  it("the object's own 404 for a run, delivery or session it does not have (reached only if one vanishes after the admin route read it), and 409 for a sent delivery", async () => {
     const chat = unique("chat");
     const key = genericKey(chat);
     const sent = await send({ chat_id: chat });

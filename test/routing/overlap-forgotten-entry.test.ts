@@ -24,8 +24,8 @@ import {
 import { injectD1Fault } from "../../src/db/client";
 import { backoffDelay } from "../../src/http/backoff";
 import { RUN_LEASE_MS } from "../../src/domain/turn-hold";
-import { accepted, agentApi, replyWith } from "../agent/support";
-import { type FakeServices, carriedBy, endBySql, overlapConfig, overlapHooks, userMessages } from "./overlap-support";
+import { accepted, agentApi, echoConfig, replyWith } from "../agent/support";
+import { type FakeServices, carriedBy, endBySql, overlapHooks, userMessages } from "./overlap-support";
 
 const fake = overlapHooks({});
 let services: FakeServices;
@@ -221,8 +221,7 @@ it("a hand-off of the ended session still staged does not count as the fresh ses
 });
 
 it("the built-in echo agent, its entry rebuilt while the reset notice is owed: only the first reply carries it", async () => {
-  const { AGENT_URL: _none, AGENT_TOKEN: _token, ...echo } = overlapConfig();
-  useConfig(echo);
+  useConfig(echoConfig({ HOOK_URLS: "" }));
   services = fake(() => replyWith("unused"));
   const chat = unique("chat");
   const key = genericKey(chat);

@@ -7,6 +7,7 @@
 import { env } from "cloudflare:test";
 import { afterEach, beforeEach } from "vitest";
 import { T0, adminFetch, genericKey, restoreClock, runAlarm, send, setNow, useConfig } from "../helpers";
+import { injectD1Fault } from "../../src/db/client";
 import { agentConfig, fakeServices } from "../agent/support";
 
 export type FakeServices = ReturnType<typeof fakeServices>;
@@ -26,6 +27,7 @@ export function overlapHooks(
     if (overrides) useConfig(overlapConfig(overrides));
   });
   afterEach(() => {
+    injectD1Fault(null);
     current?.restore();
     current = undefined;
     restoreClock();
