@@ -45,6 +45,30 @@ const handOffFailures = (spy: { mock: { calls: unknown[][] } }) => loggedLines(s
 const runOf = (runId: string) =>
   env.DB.prepare(`SELECT finished_at, failed_at, attempts FROM runs WHERE id = ?`).bind(runId).first<any>();
 
+/**
+ * "question" sent, and the agent's answer (`reply`) lost to a D1 failure while it was
+ * recorded: nothing reached the chat yet. Returns the key and the stored message's session.
+ */
+async function replyLostToD1(reply: string) {
+  services = fakeServices(() => replyWith(reply));
+  const chat = unique("chat");
+  const key = genericKey(chat);
+  const sent = await send({ chat_id: chat, text: "question" });
+  const fault = injectD1Fault({ match: (sql) => sql.some((s) => s.includes("UPDATE runs SET finished_at")) });
+  await runAlarm(key);
+  injectD1Fault(null);
+  expect(fault.hits()).toBe(1);
+  expect(services.replies()).toEqual([]);
+  return { key, sessionId: sent.body.session_id as string };
+}
+
+/** Moves the clock to the key's next due item and runs the alarm. */
+async function runNextDue(key: string): Promise<void> {
+  const [item] = await router(key).outbox();
+  setNow(item!.dueAt);
+  await runAlarm(key);
+}
+
 it("each failed attempt is logged with its session, run, attempt and whether it will be retried", async () => {
   const warn = vi.spyOn(console, "warn").mockImplementation(() => undefined);
   let calls = 0;
@@ -91,22 +115,12 @@ it("a reply of only spaces is a finished turn with nothing to say: nothing added
 });
 
 it("D1 failing while the agent's reply is recorded: the retry records the reply kept, and the agent is asked once", async () => {
-  services = fakeServices(() => replyWith("the answer"));
-  const chat = unique("chat");
-  const key = genericKey(chat);
-  const sent = await send({ chat_id: chat, text: "question" });
-  const fault = injectD1Fault({ match: (sql) => sql.some((s) => s.includes("UPDATE runs SET finished_at")) });
-  await runAlarm(key);
-  injectD1Fault(null);
-  expect(fault.hits()).toBe(1);
-  expect(services.replies()).toEqual([]);
-  const [item] = await router(key).outbox();
-  setNow(item!.dueAt);
-  await runAlarm(key);
+  const { key, sessionId } = await replyLostToD1("the answer");
+  await runNextDue(key);
   await router(key).drained();
-  expect(services.agentCalls()).toHaveLength(1);
-  expect(services.replies().map((r) => r.text)).toEqual(["the answer"]);
-  expect((await messagesOf(sent.body.session_id)).map((m) => m.text)).toEqual(["question", "the answer"]);
+  expect(services!.agentCalls()).toHaveLength(1);
+  expect(services!.replies().map((r) => r.text)).toEqual(["the answer"]);
+  expect((await messagesOf(sessionId)).map((m) => m.text)).toEqual(["question", "the answer"]);
 });
 
 it("a dead letter whose batch committed but did not answer is not handed to the agent again", async () => {
@@ -145,23 +159,13 @@ it("the echo agent's turn still answers when its hand-off runs past the session'
 });
 
 it("a reply kept across a D1 failure is recorded even if AGENT_URL was removed before the retry (no echo instead)", async () => {
-  services = fakeServices(() => replyWith("the agent's answer"));
-  const chat = unique("chat");
-  const key = genericKey(chat);
-  const sent = await send({ chat_id: chat, text: "question" });
-  const fault = injectD1Fault({ match: (sql) => sql.some((s) => s.includes("UPDATE runs SET finished_at")) });
-  await runAlarm(key);
-  injectD1Fault(null);
-  expect(fault.hits()).toBe(1);
-  expect(services.replies()).toEqual([]);
+  const { key, sessionId } = await replyLostToD1("the agent's answer");
   // The operator switches to the built-in echo agent before the retry.
   useConfig(echoConfig({ HOOK_URLS: "" }));
-  const [item] = await router(key).outbox();
-  setNow(item!.dueAt);
-  await runAlarm(key);
+  await runNextDue(key);
   await router(key).drained();
-  expect(services.replies().map((r) => r.text)).toEqual(["the agent's answer"]);
-  expect((await messagesOf(sent.body.session_id)).map((m) => m.text)).toEqual(["question", "the agent's answer"]);
+  expect(services!.replies().map((r) => r.text)).toEqual(["the agent's answer"]);
+  expect((await messagesOf(sessionId)).map((m) => m.text)).toEqual(["question", "the agent's answer"]);
 });
 
 it("an agent that posts its reply twice through the run API gets 409 finished, and the chat one message", async () => {

@@ -121,6 +121,24 @@ it("D1 failing between the lapsed run's end and the next run's staging strands n
   expect(carriedBy(services)).toEqual([["one"], ["two"]]);
 });
 
+/** A chat whose first message ("yesterday") was answered; the fake agent echoes "re: …". */
+async function answeredChat(agent = (request: { json: any }) => replyWith(`re: ${request.json.message.text}`)) {
+  services = fake(agent);
+  const chat = unique("chat");
+  const key = genericKey(chat);
+  await send({ chat_id: chat, text: "yesterday" });
+  await drain(key);
+  return { chat, key };
+}
+
+/** Runs the key's alarm `passes` times, each time letting what it started finish. */
+async function drain(key: string, passes = 1): Promise<void> {
+  for (let pass = 0; pass < passes; pass++) {
+    await runAlarm(key);
+    await router(key).drained();
+  }
+}
+
 /** The session, is_new and reset each hand-off after the first one told the agent. */
 const laterHandoffs = () =>
   services
@@ -133,22 +151,14 @@ const laterHandoffs = () =>
     }));
 
 it("a fresh session's first run still staged when the entry is forgotten: only that run says is_new", async () => {
-  services = fake((request) => replyWith(`re: ${request.json.message.text}`));
-  const chat = unique("chat");
-  const key = genericKey(chat);
-  await send({ chat_id: chat, text: "yesterday" });
-  await runAlarm(key);
-  await router(key).drained();
+  const { chat, key } = await answeredChat();
   // Idle past the test config's 60-minute policy: "one" starts a fresh session; its hand-off waits in the outbox.
   setNow(T0 + 2 * 24 * 60 * MINUTE);
   const one = await send({ chat_id: chat, text: "one" });
   await forget(key);
   const two = await send({ chat_id: chat, text: "two" });
   expect(two.body.session_id).toBe(one.body.session_id);
-  for (let pass = 0; pass < 3; pass++) {
-    await runAlarm(key);
-    await router(key).drained();
-  }
+  await drain(key, 3);
   expect(laterHandoffs()).toEqual([
     { texts: ["one"], isNew: true, reset: "idle" },
     { texts: ["two"], isNew: false, reset: null },
@@ -163,30 +173,19 @@ it("a fresh session's first run still staged when the entry is forgotten: only t
 });
 
 it("a fresh session with no run yet, its entry forgotten: the next message's run is still its first (is_new)", async () => {
-  services = fake((request) => replyWith(`re: ${request.json.message.text}`));
-  const chat = unique("chat");
-  const key = genericKey(chat);
-  await send({ chat_id: chat, text: "yesterday" });
-  await runAlarm(key);
-  await router(key).drained();
+  const { chat, key } = await answeredChat();
   setNow(T0 + MINUTE);
   // "/new" starts the fresh session with no run of its own.
   const fresh = await send({ chat_id: chat, text: "/new" });
   await forget(key);
   const next = await send({ chat_id: chat, text: "hello" });
   expect(next.body.session_id).toBe(fresh.body.session_id);
-  await runAlarm(key);
-  await router(key).drained();
+  await drain(key);
   expect(laterHandoffs()).toEqual([{ texts: ["hello"], isNew: true, reset: "new_command" }]);
 });
 
 it("a fresh session ended by SQL before its first run, then reopened: that run is still its first (is_new)", async () => {
-  services = fake((request) => replyWith(`re: ${request.json.message.text}`));
-  const chat = unique("chat");
-  const key = genericKey(chat);
-  await send({ chat_id: chat, text: "yesterday" });
-  await runAlarm(key);
-  await router(key).drained();
+  const { chat, key } = await answeredChat();
   setNow(T0 + MINUTE);
   const fresh = await send({ chat_id: chat, text: "/new" });
   // An operator's tool ends it (recoverable) behind the object's back; the entry still names it.
@@ -195,8 +194,7 @@ it("a fresh session ended by SQL before its first run, then reopened: that run i
   const next = await send({ chat_id: chat, text: "hello" });
   // It reopens the same session (a recoverable end).
   expect(next.body.session_id).toBe(fresh.body.session_id);
-  await runAlarm(key);
-  await router(key).drained();
+  await drain(key);
   expect(laterHandoffs()).toEqual([{ texts: ["hello"], isNew: true, reset: "new_command" }]);
 });
 
@@ -210,10 +208,7 @@ it("a hand-off of the ended session still staged does not count as the fresh ses
   const fresh = await send({ chat_id: chat, text: "/new" });
   await forget(key);
   await send({ chat_id: chat, text: "hello" });
-  for (let pass = 0; pass < 2; pass++) {
-    await runAlarm(key);
-    await router(key).drained();
-  }
+  await drain(key, 2);
   const inFresh = services.agentCalls().filter((c) => c.json.session.id === fresh.body.session_id);
   expect(inFresh.map((c) => [c.json.message.text, c.json.session.is_new, c.json.reset?.reason ?? null])).toEqual([
     ["hello", true, "new_command"],
@@ -222,20 +217,12 @@ it("a hand-off of the ended session still staged does not count as the fresh ses
 
 it("the built-in echo agent, its entry rebuilt while the reset notice is owed: only the first reply carries it", async () => {
   useConfig(echoConfig({ HOOK_URLS: "" }));
-  services = fake(() => replyWith("unused"));
-  const chat = unique("chat");
-  const key = genericKey(chat);
-  await send({ chat_id: chat, text: "yesterday" });
-  await runAlarm(key);
-  await router(key).drained();
+  const { chat, key } = await answeredChat(() => replyWith("unused"));
   setNow(T0 + 2 * 24 * 60 * MINUTE);
   await send({ chat_id: chat, text: "one" });
   await forget(key);
   await send({ chat_id: chat, text: "two" });
-  for (let pass = 0; pass < 3; pass++) {
-    await runAlarm(key);
-    await router(key).drained();
-  }
+  await drain(key, 3);
   expect(services.agentCalls()).toEqual([]);
   expect(services.replies().map((r) => [r.text, r.notice ?? null])).toEqual([
     [expect.stringContaining("yesterday"), null],
