@@ -185,9 +185,10 @@ describe("explain", () => {
     expect(body.would.expire).toBeUndefined();
   });
 
-  it("shows an accepted run as open until its lease lapses", async () => {
+  /** One message handed to a fake agent answering `answer`: its key and the calls made. */
+  async function handedOnce(answer: () => Response) {
     useConfig(agentConfig());
-    const services = fakeServices(accepted);
+    const services = fakeServices(answer);
     const chat = unique("chat");
     const key = genericKey(chat);
     try {
@@ -196,6 +197,11 @@ describe("explain", () => {
     } finally {
       services.restore();
     }
+    return { key, services };
+  }
+
+  it("shows an accepted run as open until its lease lapses", async () => {
+    const { key, services } = await handedOnce(accepted);
     expect(services.agentCalls()).toHaveLength(1);
     const body = await explainOf(key);
     expect(body.open_run).toMatchObject({ status: "running", lease_until: T0 + 10 * MINUTE, finished_at: null });
@@ -205,16 +211,7 @@ describe("explain", () => {
   });
 
   it("shows a hand-off being retried as dispatching, with its attempts and last error", async () => {
-    useConfig(agentConfig());
-    const services = fakeServices(() => new Response("busy", { status: 503 }));
-    const chat = unique("chat");
-    const key = genericKey(chat);
-    try {
-      await send({ chat_id: chat });
-      await runAlarm(key);
-    } finally {
-      services.restore();
-    }
+    const { key, services } = await handedOnce(() => new Response("busy", { status: 503 }));
     const body = await explainOf(key);
     expect(body.open_run).toMatchObject({ status: "dispatching", attempts: 1, lease_until: null });
     expect(body.open_run.last_error).toContain("503");
