@@ -97,8 +97,8 @@ export class Outbox {
   /**
    * Whether a hand-off of the session is staged (other than `exceptId`: a message's
    * own, staged just before its batch). D1 names no current run until a hand-off goes
-   * out, so an entry rebuilt from D1 asks this too: a session never gets a second
-   * first run.
+   * out, so an entry rebuilt from D1 asks this too, lest a session it rebuilds be given
+   * a second first run (a hand-off orphaned by a kill counts until confirming drops it).
    */
   hasRunOf(sessionId: string, exceptId: string | null = null): boolean {
     return this.table.hasRunOf(sessionId, exceptId);
