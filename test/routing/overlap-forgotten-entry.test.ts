@@ -25,7 +25,7 @@ import { injectD1Fault } from "../../src/db/client";
 import { backoffDelay } from "../../src/http/backoff";
 import { RUN_LEASE_MS } from "../../src/domain/turn-hold";
 import { accepted, agentApi, echoConfig, replyWith } from "../agent/support";
-import { type FakeServices, carriedBy, endBySql, overlapHooks, userMessages } from "./overlap-support";
+import { type FakeServices, carriedBy, endBySql, overlapHooks, userMessages, forget } from "./overlap-support";
 
 const fake = overlapHooks({});
 let services: FakeServices;
@@ -52,11 +52,6 @@ it("a message after a forgotten entry waits behind the run still in the outbox, 
   const carried = services.agentCalls().map((c) => (c.json.messages as { text: string }[]).map((m) => m.text));
   expect(carried).toEqual([["one"], ["two"]]);
 });
-
-async function forget(key: string): Promise<void> {
-  const answer = await adminFetch(`/admin/routes/${encodeURIComponent(key)}`, { method: "DELETE" });
-  expect(answer.status).toBe(200);
-}
 
 /** "one" handed over and accepted (202), "two" waiting behind it, then the entry forgotten. */
 async function waitingBehindAcceptedThenForgotten() {

@@ -6,22 +6,10 @@
  * the run with no entry, or with one rebuilt from D1. Found by the model-based test.
  */
 import { beforeEach, expect, it } from "vitest";
-import {
-  HOUR,
-  MINUTE,
-  T0,
-  adminFetch,
-  genericKey,
-  router,
-  runAlarm,
-  send,
-  setNow,
-  unique,
-  useConfig,
-} from "../helpers";
+import { HOUR, MINUTE, T0, genericKey, router, runAlarm, send, setNow, unique, useConfig } from "../helpers";
 import { injectD1Fault } from "../../src/db/client";
 import { replyWith } from "../agent/support";
-import { type FakeServices, overlapConfig, overlapHooks } from "./overlap-support";
+import { type FakeServices, overlapConfig, overlapHooks, forget } from "./overlap-support";
 
 const fake = overlapHooks({ OVERLAP: JSON.stringify({ mode: "queue", debounce_ms: 1500 }) });
 let services: FakeServices;
@@ -29,11 +17,6 @@ let services: FakeServices;
 beforeEach(() => {
   services = fake(() => replyWith("ok"));
 });
-
-async function forget(key: string): Promise<void> {
-  const answer = await adminFetch(`/admin/routes/${encodeURIComponent(key)}`, { method: "DELETE" });
-  expect(answer.status).toBe(200);
-}
 
 /** Runs the alarm at `at` and lets the hand-offs it staged go out. */
 async function alarmAt(key: string, at: number): Promise<void> {

@@ -5,7 +5,7 @@
  * reason for not being dispatched).
  */
 import { env } from "cloudflare:test";
-import { afterEach, beforeEach } from "vitest";
+import { afterEach, beforeEach, expect } from "vitest";
 import { T0, adminFetch, genericKey, restoreClock, runAlarm, send, setNow, useConfig } from "../helpers";
 import { injectD1Fault } from "../../src/db/client";
 import { agentConfig, fakeServices } from "../agent/support";
@@ -84,4 +84,10 @@ export async function endBySql(sessionId: string, at: number, reason = "agent_cl
   await env.DB.prepare(`UPDATE sessions SET end_reason = ?, ended_at = ? WHERE id = ?`)
     .bind(reason, at, sessionId)
     .run();
+}
+
+/** The operator forgets the key's routing entry (`DELETE /admin/routes/{key}`); D1 keeps its sessions. */
+export async function forget(key: string): Promise<void> {
+  const answer = await adminFetch(`/admin/routes/${encodeURIComponent(key)}`, { method: "DELETE" });
+  expect(answer.status).toBe(200);
 }
