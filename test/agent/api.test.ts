@@ -21,6 +21,7 @@ import {
   unique,
   useConfig,
 } from "../helpers";
+import { COMMAND_REPLIES } from "../../src/domain/commands";
 import { AGENT_TOKEN, accepted, agentApi, agentConfig, CONCURRENT, fakeServices, replyWith } from "./support";
 
 let services: ReturnType<typeof fakeServices>;
@@ -217,6 +218,42 @@ describe("ending a session through the agent API", () => {
     const types = (await eventsOf(run.sessionId)).map((e) => e.type);
     expect(types).toContain("session.ended");
     expect(types).not.toContain("session.finalized");
+  });
+
+  it("a session the agent closed, then replaced by /new, is still finalized at its own deadline", async () => {
+    useConfig(agentConfig({ HOOK_URLS: "", HOOK_SECRET: "" }));
+    const chat = unique("chat");
+    const run = await dispatched(chat, "first");
+    await agentApi(`/v1/runs/${run.runId}/reply`, run.token, { text: "answer" });
+    await agentApi(`/v1/sessions/${run.sessionId}/end`, run.token, { reason: "agent_close" });
+    setNow(T0 + 30 * 60_000);
+    const fresh = await send({ chat_id: chat, text: "/new" });
+    expect(fresh.body.session_id).not.toBe(run.sessionId);
+    await runAlarm(genericKey(chat));
+    expect((await eventsOf(run.sessionId)).map((e) => e.type)).not.toContain("session.finalized");
+    // Idle 60 minutes from its last activity at T0: the old row's deadline, not the fresh one's.
+    setNow(T0 + 61 * 60_000);
+    await runAlarm(genericKey(chat));
+    expect((await eventsOf(run.sessionId)).filter((e) => e.type === "session.finalized")).toHaveLength(1);
+    // A recoverable row past its deadline is no longer recoverable: the policy's reason replaces it.
+    expect(await sessionRow(run.sessionId)).toMatchObject({ end_reason: "idle" });
+    expect(await sessionRow(fresh.body.session_id)).toMatchObject({ end_reason: null });
+  });
+
+  it("a /stop over a session the agent closed stops nothing, and the session is still finalized at its deadline", async () => {
+    useConfig(agentConfig({ HOOK_URLS: "", HOOK_SECRET: "" }));
+    const chat = unique("chat");
+    const run = await dispatched(chat, "first");
+    await agentApi(`/v1/runs/${run.runId}/reply`, run.token, { text: "answer" });
+    await agentApi(`/v1/sessions/${run.sessionId}/end`, run.token, { reason: "agent_close" });
+    setNow(T0 + 30 * 60_000);
+    const stop = await send({ chat_id: chat, text: "/stop" });
+    expect(stop.body.session_id).toBe(run.sessionId);
+    await runAlarm(genericKey(chat));
+    expect(services.replies().map((reply) => reply.text)).toEqual(["answer", COMMAND_REPLIES.nothingToStop]);
+    setNow(T0 + 61 * 60_000);
+    await runAlarm(genericKey(chat));
+    expect((await eventsOf(run.sessionId)).filter((e) => e.type === "session.finalized")).toHaveLength(1);
   });
 
   it("defaults to agent_close, and a finished current run may still end it", async () => {

@@ -118,6 +118,13 @@ describe("after /stop", () => {
     expect(chatAnswers()).toContain(COMMAND_REPLIES.stopped);
     expect(await alarmOf(key)).toBeNull();
   });
+
+  it("nor is the stopped session left for the cron sweep to wake its key (no sweep_at)", async () => {
+    const { chat, first } = await answeredSession("work");
+    expect((await sessionRow(first.body.session_id))?.sweep_at).not.toBeNull();
+    await send({ chat_id: chat, text: "/stop" });
+    expect(await sessionRow(first.body.session_id)).toMatchObject({ end_reason: "suspended", sweep_at: null });
+  });
 });
 
 describe("what the fresh session records of the one it replaced", () => {
@@ -170,6 +177,20 @@ describe("a turn in progress holds an expired session open (invariant 6)", () =>
       .bind(first.body.session_id)
       .first<{ revoked_reason: string | null }>();
     expect(run?.revoked_reason).not.toBeNull();
+  });
+  it("a row ended as agent_close while its run still works is expired by /new past its deadline: only a live row is held", async () => {
+    useConfig(agentConfig({ SESSION_RESET: JSON.stringify({ mode: "idle", idle_minutes: 1 }) }));
+    const chat = unique("chat");
+    const first = await send({ chat_id: chat, text: "long task" });
+    await runAlarm(genericKey(chat));
+    // Ended out of band: the accepted run is not revoked and its lease still holds.
+    await env.DB.prepare(`UPDATE sessions SET end_reason = 'agent_close', ended_at = ? WHERE id = ?`)
+      .bind(T0, first.body.session_id)
+      .run();
+    setNow(T0 + 2 * MINUTE);
+    const command = await send({ chat_id: chat, text: "/new" });
+    expect(await sessionRow(first.body.session_id)).toMatchObject({ end_reason: "idle" });
+    expect(await sessionRow(command.body.session_id)).toMatchObject({ reset_reason: "idle" });
   });
 });
 
