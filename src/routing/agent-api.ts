@@ -56,7 +56,8 @@ export class AgentApi {
     if (run.finishedAt !== null) return notOwned("finished");
     const recorded = await this.turns.recordRunReply(runId, text, now, false);
     if (!recorded?.finished) return notOwned("finished");
-    if (!recorded.added && text.trim() !== "") {
+    // The route refuses a blank reply, so a reply not added means the session or run changed.
+    if (!recorded.added) {
       const [[after]] = await db.batch(selectRun(db, runId));
       return notOwned((after?.revokedReason as NotOwnedReason | null) ?? "session_ended");
     }

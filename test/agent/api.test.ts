@@ -22,7 +22,16 @@ import {
   useConfig,
 } from "../helpers";
 import { COMMAND_REPLIES } from "../../src/domain/commands";
-import { AGENT_TOKEN, accepted, agentApi, agentConfig, CONCURRENT, fakeServices, replyWith } from "./support";
+import {
+  AGENT_TOKEN,
+  accepted,
+  agentApi,
+  agentConfig,
+  CONCURRENT,
+  fakeServices,
+  replyWith,
+  dispatchedThrough,
+} from "./support";
 
 let services: ReturnType<typeof fakeServices>;
 
@@ -37,13 +46,7 @@ afterEach(() => {
   useConfig(null);
 });
 
-/** Sends a message and hands it to the (202) agent; returns the run the agent got. */
-async function dispatched(chat: string, text = "hello") {
-  const sent = await send({ chat_id: chat, text });
-  await runAlarm(genericKey(chat));
-  const call = services.agentCalls().at(-1)!.json;
-  return { sessionId: sent.body.session_id as string, runId: call.run_id as string, token: call.run_token as string };
-}
+const dispatched = (chat: string, text?: string) => dispatchedThrough(services, chat, text);
 
 const heartbeat = (run: { runId: string; token: string }) => agentApi(`/v1/runs/${run.runId}/heartbeat`, run.token);
 
@@ -203,6 +206,17 @@ describe("progress", () => {
   });
 });
 
+/** A session answered at T0 and closed by its agent (agent_close), with the clock half an hour on. */
+async function closedByAgentHalfAnHourAgo() {
+  useConfig(agentConfig({ HOOK_URLS: "", HOOK_SECRET: "" }));
+  const chat = unique("chat");
+  const run = await dispatched(chat, "first");
+  await agentApi(`/v1/runs/${run.runId}/reply`, run.token, { text: "answer" });
+  await agentApi(`/v1/sessions/${run.sessionId}/end`, run.token, { reason: "agent_close" });
+  setNow(T0 + 30 * 60_000);
+  return { chat, run };
+}
+
 describe("ending a session through the agent API", () => {
   it("the current run may end it; agent_close leaves it recoverable and the next message resumes it without finalizing", async () => {
     useConfig(agentConfig({ HOOK_URLS: "", HOOK_SECRET: "" }));
@@ -221,12 +235,7 @@ describe("ending a session through the agent API", () => {
   });
 
   it("a session the agent closed, then replaced by /new, is still finalized at its own deadline", async () => {
-    useConfig(agentConfig({ HOOK_URLS: "", HOOK_SECRET: "" }));
-    const chat = unique("chat");
-    const run = await dispatched(chat, "first");
-    await agentApi(`/v1/runs/${run.runId}/reply`, run.token, { text: "answer" });
-    await agentApi(`/v1/sessions/${run.sessionId}/end`, run.token, { reason: "agent_close" });
-    setNow(T0 + 30 * 60_000);
+    const { chat, run } = await closedByAgentHalfAnHourAgo();
     const fresh = await send({ chat_id: chat, text: "/new" });
     expect(fresh.body.session_id).not.toBe(run.sessionId);
     await runAlarm(genericKey(chat));
@@ -241,12 +250,7 @@ describe("ending a session through the agent API", () => {
   });
 
   it("a /stop over a session the agent closed stops nothing, and the session is still finalized at its deadline", async () => {
-    useConfig(agentConfig({ HOOK_URLS: "", HOOK_SECRET: "" }));
-    const chat = unique("chat");
-    const run = await dispatched(chat, "first");
-    await agentApi(`/v1/runs/${run.runId}/reply`, run.token, { text: "answer" });
-    await agentApi(`/v1/sessions/${run.sessionId}/end`, run.token, { reason: "agent_close" });
-    setNow(T0 + 30 * 60_000);
+    const { chat, run } = await closedByAgentHalfAnHourAgo();
     const stop = await send({ chat_id: chat, text: "/stop" });
     expect(stop.body.session_id).toBe(run.sessionId);
     await runAlarm(genericKey(chat));

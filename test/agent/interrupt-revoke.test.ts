@@ -40,9 +40,13 @@ it("an interrupted run is told superseded, its reply is never recorded nor deliv
     status: 409,
     body: { owns: false, reason: "superseded" },
   });
-  expect(await agentApi(`/v1/runs/${run_id}/reply`, run_token, { text: "stale answer" })).toMatchObject({
+  expect(await agentApi(`/v1/runs/${run_id}/reply`, run_token, { text: "stale answer" })).toEqual({
     status: 409,
+    body: { owns: false, reason: "superseded" },
   });
+  // The run's record stays revoked, not finished.
+  const runRow = await env.DB.prepare(`SELECT finished_at, revoked_reason FROM runs WHERE id = ?`).bind(run_id).first();
+  expect(runRow).toEqual({ finished_at: null, revoked_reason: "superseded" });
   await runAlarm(key);
   expect(services.replies()).toEqual([]);
   const messages = await messagesOf(sent.body.session_id);

@@ -1,6 +1,6 @@
 /** An external agent and a chat client on fake URLs, for the agent tests. */
 import { exports } from "cloudflare:workers";
-import { BASE, captureFetch, type Captured } from "../helpers";
+import { BASE, captureFetch, genericKey, runAlarm, send, type Captured } from "../helpers";
 
 export const AGENT_URL = "https://agent.test/runs";
 export const AGENT_TOKEN = "agent-secret-token";
@@ -62,4 +62,12 @@ export async function agentApi(
     }),
   );
   return { status: response.status, body: await response.json() };
+}
+
+/** Sends a message and hands it to the agent `services` fakes; returns the run the agent got. */
+export async function dispatchedThrough(services: ReturnType<typeof fakeServices>, chat: string, text = "hello") {
+  const sent = await send({ chat_id: chat, text });
+  await runAlarm(genericKey(chat));
+  const call = services.agentCalls().at(-1)!.json;
+  return { sessionId: sent.body.session_id as string, runId: call.run_id as string, token: call.run_token as string };
 }
