@@ -6,14 +6,17 @@
  * land once when retried. Every statement position of each batch is tried.
  */
 import { env } from "cloudflare:workers";
-import { afterEach, beforeEach, describe, expect, it } from "vitest";
+import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
 import { injectD1Fault } from "../../src/db/client";
+import { backoffDelay } from "../../src/http/backoff";
 import {
   MINUTE,
   T0,
+  alarmOf,
   captureFetch,
   eventsOf,
   genericKey,
+  loggedLines,
   messagesOf,
   restoreClock,
   runAlarm,
@@ -31,6 +34,7 @@ const has = (fragment: string) => (sql: readonly string[]) => sql.some((s) => s.
 
 beforeEach(() => setNow(T0));
 afterEach(() => {
+  vi.restoreAllMocks();
   injectD1Fault(null);
   restoreClock();
   useConfig(null);
@@ -110,6 +114,26 @@ describe("the alarm's expiry batch", () => {
     }
     // promote, revoke runs, record waiting messages not dispatched, and the events.
     expect(positions).toBe(6);
+  });
+
+  it("failing, is logged with its key and looked at again after a backoff, not at once, and the session ends then", async () => {
+    useConfig({ SESSION_RESET: JSON.stringify({ mode: "idle", idle_minutes: 60 }), HOOK_URLS: "" });
+    const chat = unique("chat");
+    const key = genericKey(chat);
+    const sent = await send({ chat_id: chat });
+    await runAlarm(key);
+    setNow(T0 + 61 * MINUTE);
+    injectD1Fault({ match: has("SET end_reason") });
+    const errors = vi.spyOn(console, "error").mockImplementation(() => undefined);
+    await runAlarm(key);
+    expect(loggedLines(errors, "alarm: could not check the live session")).toEqual([
+      expect.objectContaining({ session_key: key, error: expect.stringContaining("d1_fault_injected_by_test") }),
+    ]);
+    // D1 down: the next look backs off (the first failure's wait), it does not fire again at once.
+    expect(await alarmOf(key)).toBe(T0 + 61 * MINUTE + backoffDelay(2));
+    setNow(T0 + 61 * MINUTE + backoffDelay(2));
+    await runAlarm(key);
+    expect(await sessionRow(sent.body.session_id)).toMatchObject({ end_reason: "idle" });
   });
 });
 
