@@ -85,6 +85,23 @@ describe("the webhook's batch", () => {
     // "two-3" is the probe past the batch's end, stored at once.
     expect(texts).toEqual(["one", "two-0", "two-1", "two-2", "two-3"]);
   });
+
+  it("failing, answers 503 unavailable naming the cause and logs the key it could not route", async () => {
+    const chat = unique("chat");
+    injectD1Fault({ match: has("INSERT INTO messages") });
+    const errors = vi.spyOn(console, "error").mockImplementation(() => undefined);
+    const failed = await send({ chat_id: chat, text: "lost?" });
+    expect(failed).toMatchObject({
+      status: 503,
+      body: { error: { code: "unavailable", message: expect.stringContaining("d1_fault_injected_by_test") } },
+    });
+    expect(loggedLines(errors, "route failed")).toEqual([
+      expect.objectContaining({
+        session_key: genericKey(chat),
+        error: expect.stringContaining("d1_fault_injected_by_test"),
+      }),
+    ]);
+  });
 });
 
 describe("the alarm's expiry batch", () => {
