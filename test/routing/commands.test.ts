@@ -119,6 +119,23 @@ describe("after /stop", () => {
     expect(await alarmOf(key)).toBeNull();
   });
 
+  it("with the inline drain (the default), no wake is left once the answer is sent, not even the drain's safety net", async () => {
+    useConfig({
+      SESSION_RESET: JSON.stringify({ mode: "idle", idle_minutes: 60 }),
+      GENERIC_REPLY_URL: REPLY_URL,
+      OUTBOX_DRAIN: "inline",
+    });
+    const chat = unique("chat");
+    const key = genericKey(chat);
+    await send({ chat_id: chat, text: "work" });
+    await router(key).drained();
+    expect(await alarmOf(key)).not.toBeNull();
+    await send({ chat_id: chat, text: "/stop" });
+    await router(key).drained();
+    expect(chatAnswers()).toEqual(["echo: work", COMMAND_REPLIES.stopped]);
+    expect(await alarmOf(key)).toBeNull();
+  });
+
   it("nor is the stopped session left for the cron sweep to wake its key (no sweep_at)", async () => {
     const { chat, first } = await answeredSession("work");
     expect((await sessionRow(first.body.session_id))?.sweep_at).not.toBeNull();
