@@ -201,6 +201,36 @@ describe("what a rotation leaves", () => {
     expect(next.session.reset ?? null).toBeNull();
   });
 
+  it("a hand-off refused before /new is not retried, neither in the next session nor in its continuation", async () => {
+    const chat = unique("chat");
+    const key = genericKey(chat);
+    let refuse = true;
+    services.restore();
+    services = fakeServices(() => (refuse ? new Response("busy", { status: 503 }) : accepted()));
+    const first = await send({ chat_id: chat, text: "before /new" });
+    await runAlarm(key); // refused: its retry waits in the outbox
+    expect((await router(key).outbox()).map((item) => item.kind)).toEqual(["run"]);
+    await send({ chat_id: chat, text: "/new" });
+    refuse = false;
+    const run = await dispatched(chat, "after /new");
+    expect(run.sessionId).not.toBe(first.body.session_id);
+    expect(await router(key).outbox()).toEqual([]); // the refused hand-off went with its session
+    const rotated = await agentApi(`/v1/sessions/${run.sessionId}/rotate`, run.token, {});
+    expect(rotated.status).toBe(200);
+    setNow(T0 + 10 * MINUTE); // past every retry's backoff
+    await runAlarm(key);
+    await router(key).drained();
+    const handedOver = services.agentCalls().map((call) => [call.json.session.id, call.json.messages.at(-1)?.text]);
+    expect(handedOver).toEqual([
+      [first.body.session_id, "before /new"],
+      [run.sessionId, "after /new"],
+    ]);
+    const continuation = await env.DB.prepare(`SELECT role, text FROM messages WHERE session_id = ?`)
+      .bind(rotated.body.session_id)
+      .all();
+    expect(continuation.results).toEqual([]);
+  });
+
   it("a rotation of an ended session is refused and starts nothing", async () => {
     const chat = unique("chat");
     const run = await dispatched(chat);
