@@ -301,6 +301,27 @@ describe("queue: the agent accepts (202) and replies through the run API", () =>
   });
 });
 
+describe("queue: the inline drain (the default), the agent replying through the run API", () => {
+  it("the reply hands the waiting messages over at once, not at the next alarm", async () => {
+    useConfig(overlapConfig({ OUTBOX_DRAIN: "inline" }));
+    services = fake(() => accepted());
+    const chat = unique("chat");
+    const key = genericKey(chat);
+    await send({ chat_id: chat, text: "one" });
+    await router(key).drained();
+    const first = services.agentCalls()[0]!.json;
+    setNow(T0 + 1);
+    await send({ chat_id: chat, text: "two" });
+    await router(key).drained();
+    expect(callTexts()).toEqual([["one"]]);
+    setNow(T0 + 2);
+    expect((await agentApi(`/v1/runs/${first.run_id}/reply`, first.run_token, { text: "to one" })).status).toBe(200);
+    await router(key).drained();
+    expect(callTexts()).toEqual([["one"], ["two"]]);
+    expect(services.replies().map((r) => r.text)).toEqual(["to one"]);
+  });
+});
+
 describe("queue: expiry waits for the waiting messages too (invariant 6)", () => {
   it("an accepted run gone silent past the deadline: the message behind it is handed over, not dropped", async () => {
     useConfig(overlapConfig({ SESSION_RESET: JSON.stringify({ mode: "idle", idle_minutes: 5 }) }));
