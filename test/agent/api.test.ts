@@ -354,6 +354,16 @@ describe("scheduled jobs", () => {
     expect(services.replies()).toEqual([]);
   });
 
+  it("is handed over at once even with a debounce window set: a job's one message waits for no other", async () => {
+    useConfig(agentConfig({ OVERLAP: JSON.stringify({ debounce_ms: 60_000 }) }));
+    services.restore();
+    services = fakeServices(() => replyWith("report ready"));
+    const response = await agentApi(`/v1/cron/runs`, AGENT_TOKEN, { job_id: "nightly", text: "summarise the day" });
+    await runAlarm(response.body.session_key);
+    expect(services.agentCalls().map((call) => call.json.message.text)).toEqual(["summarise the day"]);
+    expect(await sessionRow(response.body.session_id)).toMatchObject({ end_reason: "cron_complete" });
+  });
+
   it("ends as cron_complete when the agent ends the session itself", async () => {
     const response = await agentApi(`/v1/cron/runs`, AGENT_TOKEN, { job_id: "weekly", text: "clean up" });
     await runAlarm(response.body.session_key);
