@@ -559,4 +559,16 @@ describe("explain", () => {
     expect(explained.waiting).toBe(2);
     expect(explained.overlap).toMatchObject({ mode: "queue", source: "default" });
   });
+
+  it("a platform's resend of the message in flight is a duplicate, and nothing more waits", async () => {
+    services = fake(() => accepted());
+    const chat = unique("chat");
+    const key = genericKey(chat);
+    const one = await send({ chat_id: chat, text: "one" });
+    await runAlarm(key);
+    const resent = await send({ chat_id: chat, text: "one", event_id: one.eventId });
+    expect(resent.body).toMatchObject({ duplicate: true, session_id: one.body.session_id });
+    const explained = (await (await adminFetch(`/admin/routes/${encodeURIComponent(key)}/explain`)).json()) as any;
+    expect(explained.waiting).toBe(0);
+  });
 });
