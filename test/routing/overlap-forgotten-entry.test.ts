@@ -225,3 +225,26 @@ it("the built-in echo agent, its entry rebuilt while the reset notice is owed: o
     [expect.stringContaining("two"), null],
   ]);
 });
+
+it("a message after a forgotten entry waits behind a run the agent accepted, with nothing else waiting", async () => {
+  services = fake((request) => (request.json.message.text === "one" ? accepted() : replyWith("re: two")));
+  const chat = unique("chat");
+  const key = genericKey(chat);
+  const one = await send({ chat_id: chat, text: "one" });
+  await runAlarm(key);
+  const first = services.agentCalls()[0]!.json;
+  await forget(key);
+  setNow(T0 + 1);
+  await send({ chat_id: chat, text: "two" });
+  await runAlarm(key);
+  // Only the accepted run tells this object that "one" is unfinished: "two" waits behind it.
+  expect(carriedBy(services)).toEqual([["one"]]);
+  expect((await userMessages(one.body.session_id)).map((m) => [m.text, m.run_id === null])).toEqual([
+    ["one", false],
+    ["two", true],
+  ]);
+  setNow(T0 + 2);
+  expect((await agentApi(`/v1/runs/${first.run_id}/reply`, first.run_token, { text: "to one" })).status).toBe(200);
+  await runAlarm(key);
+  expect(carriedBy(services)).toEqual([["one"], ["two"]]);
+});
