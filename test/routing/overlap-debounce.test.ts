@@ -42,6 +42,14 @@ describe("debounce_ms (queue)", () => {
     // The first run of a new session says so.
     expect(services.agentCalls()[0]!.json.session).toMatchObject({ id: first.body.session_id, is_new: true });
     expect(services.replies().map((r) => r.text)).toEqual(["ok"]);
+    // The next window's run is not the session's first any more.
+    setNow(T0 + 5000);
+    await send({ chat_id: chat, text: "and another thing" });
+    setNow(T0 + 6500);
+    await runAlarm(key);
+    await router(key).drained();
+    expect(callTexts()).toEqual([["so", "about that"], ["and another thing"]]);
+    expect(services.agentCalls()[1]!.json.session).toMatchObject({ id: first.body.session_id, is_new: false });
   });
 });
 
@@ -61,6 +69,11 @@ describe("debounce_ms (concurrent)", () => {
     // Run one is unfinished (202); a new window still gets its run once quiet.
     setNow(T0 + 2000);
     await send({ chat_id: chat, text: "c" });
+    // A wake within the window dispatches nothing; the alarm then waits for the window's
+    // end, not for run one's lease to end.
+    await runAlarm(key);
+    expect(callTexts()).toEqual([["a", "b"]]);
+    expect(await alarmOf(key)).toBe(T0 + 3500);
     setNow(T0 + 3500);
     await runAlarm(key);
     await router(key).drained();
