@@ -7,7 +7,9 @@
  * message (as in `queue` mode); the alarm carries the interrupt out.
  */
 import { env } from "cloudflare:test";
-import { describe, expect, it } from "vitest";
+import { describe, expect, it, vi } from "vitest";
+import { injectD1Fault } from "../../src/db/client";
+import { backoffDelay } from "../../src/http/backoff";
 import { T0, adminFetch, alarmOf, genericKey, messagesOf, router, runAlarm, send, setNow, unique } from "../helpers";
 import { accepted, agentApi, replyWith } from "../agent/support";
 import { type FakeServices, overlapHooks, carriedBy } from "./overlap-support";
@@ -140,5 +142,31 @@ describe("interrupt: nothing unfinished", () => {
     await router(key).drained();
     expect(callTexts()).toEqual([["bad"], ["good"]]);
     expect(services.replies().map((r) => r.text)).toEqual(["fine"]);
+  });
+});
+
+describe("interrupt: D1 refuses the interrupt's batch", () => {
+  it("nothing is handed over beside the run it could not revoke; the alarm backs off, longer each time, then the interrupt lands", async () => {
+    services = fake((request) => (request.json.messages.length === 1 ? accepted() : replyWith("to both")));
+    const chat = unique("chat");
+    const key = genericKey(chat);
+    await send({ chat_id: chat, text: "one" });
+    await runAlarm(key);
+    setNow(T0 + 1);
+    await send({ chat_id: chat, text: "two" });
+    const revoking = (sql: readonly string[]) => sql.some((s) => s.includes("revoked_reason = 'superseded'"));
+    injectD1Fault({ match: revoking, times: 2 });
+    vi.spyOn(console, "error").mockImplementation(() => undefined);
+    await runAlarm(key);
+    expect(await alarmOf(key)).toBe(T0 + 1 + backoffDelay(1));
+    setNow(T0 + 1 + backoffDelay(1));
+    await runAlarm(key);
+    expect(await alarmOf(key)).toBe(T0 + 1 + backoffDelay(1) + backoffDelay(2));
+    expect(callTexts()).toEqual([["one"]]);
+    setNow(T0 + 1 + backoffDelay(1) + backoffDelay(2));
+    await runAlarm(key);
+    await router(key).drained();
+    await runAlarm(key);
+    expect(callTexts()).toEqual([["one"], ["one", "two"]]);
   });
 });

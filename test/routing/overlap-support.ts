@@ -5,7 +5,7 @@
  * reason for not being dispatched).
  */
 import { env } from "cloudflare:test";
-import { afterEach, beforeEach, expect } from "vitest";
+import { afterEach, beforeEach, expect, vi } from "vitest";
 import { T0, adminFetch, genericKey, restoreClock, runAlarm, send, setNow, useConfig } from "../helpers";
 import { injectD1Fault } from "../../src/db/client";
 import { agentConfig, fakeServices } from "../agent/support";
@@ -27,6 +27,7 @@ export function overlapHooks(
     if (overrides) useConfig(overlapConfig(overrides));
   });
   afterEach(() => {
+    vi.restoreAllMocks();
     injectD1Fault(null);
     current?.restore();
     current = undefined;
