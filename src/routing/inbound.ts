@@ -132,13 +132,10 @@ export class Inbound {
     // has none, so the claim is given back for the run that will carry it.
     const firstPending = entry.entry?.firstRunPending ?? false;
     const added = waiting.add(predicted.sessionId, message);
-    let stored: StoredMessage;
-    try {
-      stored = await this.storeMessage(message, work, policy, null);
-    } catch (error) {
-      if (added) waiting.remove([message.eventId]);
-      throw error;
-    }
+    // A batch that throws may still have committed (the platform's retry is then a
+    // duplicate): the row stays unconfirmed, and the pump asks D1's dedupe mark
+    // whether the message was stored (carried) or not (dropped).
+    const stored = await this.storeMessage(message, work, policy, null);
     const decision = stored.decision;
     if (stored.duplicate) {
       if (added) waiting.remove([message.eventId]);

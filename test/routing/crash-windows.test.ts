@@ -157,6 +157,65 @@ describe("a kill between a new session's batch and adopting it", () => {
   });
 });
 
+describe("a message that waits (queue mode), its batch failing", () => {
+  /** "one" accepted by the agent (202), then "two", which waits behind it, sent with a D1 fault. */
+  async function waitingWithFault(afterCommit: boolean) {
+    useConfig(agentConfig({ HOOK_URLS: "" }));
+    services = fakeServices((request) =>
+      request.json.message.text === "one" ? accepted() : replyWith(`re: ${request.json.message.text}`),
+    );
+    const chat = unique("chat");
+    const key = genericKey(chat);
+    const one = await send({ chat_id: chat, text: "one" });
+    await runAlarm(key);
+    const first = services.agentCalls()[0]!.json;
+    setNow(T0 + 1);
+    const fault = injectD1Fault({ afterCommit, match: has("INSERT INTO messages") });
+    const failed = await send({ chat_id: chat, text: "two" });
+    expect(fault.hits()).toBe(1);
+    expect(failed.status).toBeGreaterThanOrEqual(500);
+    /** The agent replies to "one" through the run API; what waited gets its run. */
+    const replyToOne = async () => {
+      setNow(T0 + 2);
+      expect((await agentApi(`/v1/runs/${first.run_id}/reply`, first.run_token, { text: "to one" })).status).toBe(200);
+      await runAlarm(key);
+      await router(key).drained();
+      await runAlarm(key);
+    };
+    return { chat, key, sessionId: one.body.session_id as string, eventId: failed.eventId, replyToOne };
+  }
+  const carried = () => services!.agentCalls().map((c) => (c.json.messages as { text: string }[]).map((m) => m.text));
+
+  it("committed before the kill: the platform's retry is a duplicate, and the message is still carried", async () => {
+    const { chat, sessionId, eventId, replyToOne } = await waitingWithFault(true);
+    const retried = await send({ chat_id: chat, text: "two", event_id: eventId });
+    expect(retried).toMatchObject({ status: 200, body: { duplicate: true, session_id: sessionId } });
+    await replyToOne();
+    expect(carried()).toEqual([["one"], ["two"]]);
+    expect((await messagesOf(sessionId)).map((m) => m.text)).toEqual(["one", "two", "to one", "re: two"]);
+  });
+
+  it("committed, and never retried: the message is still carried", async () => {
+    const { sessionId, replyToOne } = await waitingWithFault(true);
+    await replyToOne();
+    expect(carried()).toEqual([["one"], ["two"]]);
+    expect((await messagesOf(sessionId)).map((m) => m.text)).toEqual(["one", "two", "to one", "re: two"]);
+  });
+
+  it("never stored, and never retried: nothing is handed over for it, and the next message is not held back", async () => {
+    const { chat, key, sessionId, replyToOne } = await waitingWithFault(false);
+    await replyToOne();
+    expect(carried()).toEqual([["one"]]);
+    const explained = (await (await adminFetch(`/admin/routes/${encodeURIComponent(key)}/explain`)).json()) as any;
+    expect(explained.waiting).toBe(0);
+    setNow(T0 + 3);
+    await send({ chat_id: chat, text: "three" });
+    await runAlarm(key);
+    expect(carried()).toEqual([["one"], ["three"]]);
+    expect((await messagesOf(sessionId)).map((m) => m.text)).toEqual(["one", "to one", "three", "re: three"]);
+  });
+});
+
 describe("a kill between recording a run API reply and staging its delivery", () => {
   it("the delivery is still sent once, although the agent's retried reply gets 409 finished", async () => {
     useConfig(agentConfig({ HOOK_URLS: "" }));
