@@ -28,6 +28,7 @@ import {
 } from "../helpers";
 import { OutboxTable as RouterStorage } from "../../src/routing/outbox-table";
 import { accepted, agentApi, agentConfig, CONCURRENT, fakeServices, replyWith } from "../agent/support";
+import { carriedBy, explained, firstHandedOver } from "./overlap-support";
 
 const has = (fragment: string) => (sql: readonly string[]) => sql.some((s) => s.includes(fragment));
 let services: ReturnType<typeof fakeServices> | null = null;
@@ -165,10 +166,7 @@ describe("a message that waits (queue mode), its batch failing", () => {
       request.json.message.text === "one" ? accepted() : replyWith(`re: ${request.json.message.text}`),
     );
     const chat = unique("chat");
-    const key = genericKey(chat);
-    const one = await send({ chat_id: chat, text: "one" });
-    await runAlarm(key);
-    const first = services.agentCalls()[0]!.json;
+    const { key, sessionId, run: first } = await firstHandedOver(services, chat);
     setNow(T0 + 1);
     const fault = injectD1Fault({ afterCommit, match: has("INSERT INTO messages") });
     const failed = await send({ chat_id: chat, text: "two" });
@@ -182,9 +180,9 @@ describe("a message that waits (queue mode), its batch failing", () => {
       await router(key).drained();
       await runAlarm(key);
     };
-    return { chat, key, sessionId: one.body.session_id as string, eventId: failed.eventId, replyToOne };
+    return { chat, key, sessionId, eventId: failed.eventId, replyToOne };
   }
-  const carried = () => services!.agentCalls().map((c) => (c.json.messages as { text: string }[]).map((m) => m.text));
+  const carried = () => carriedBy(services!);
 
   it("committed before the kill: the platform's retry is a duplicate, and the message is still carried", async () => {
     const { chat, sessionId, eventId, replyToOne } = await waitingWithFault(true);
@@ -206,8 +204,7 @@ describe("a message that waits (queue mode), its batch failing", () => {
     const { chat, key, sessionId, replyToOne } = await waitingWithFault(false);
     await replyToOne();
     expect(carried()).toEqual([["one"]]);
-    const explained = (await (await adminFetch(`/admin/routes/${encodeURIComponent(key)}/explain`)).json()) as any;
-    expect(explained.waiting).toBe(0);
+    expect((await explained(key)).waiting).toBe(0);
     setNow(T0 + 3);
     await send({ chat_id: chat, text: "three" });
     await runAlarm(key);

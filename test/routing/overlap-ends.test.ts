@@ -13,6 +13,7 @@ import {
   type FakeServices,
   answeredUserMessages,
   carriedBy,
+  explained,
   endBySql,
   firstHandedOver,
   overlapHooks,
@@ -84,8 +85,7 @@ describe("the end of a session with messages waiting", () => {
       if (what === "an agent end") expect(next.body.session_id).toBe(sessionId);
       else expect(next.body.session_id).not.toBe(sessionId);
       expect(services.replies().map((r) => r.text)).not.toContain("late");
-      const explained = (await (await adminFetch(`/admin/routes/${encodeURIComponent(key)}/explain`)).json()) as any;
-      expect(explained.waiting).toBe(0);
+      expect((await explained(key)).waiting).toBe(0);
     });
   }
 

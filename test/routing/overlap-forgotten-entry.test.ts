@@ -25,7 +25,15 @@ import { injectD1Fault } from "../../src/db/client";
 import { backoffDelay } from "../../src/http/backoff";
 import { RUN_LEASE_MS } from "../../src/domain/turn-hold";
 import { accepted, agentApi, echoConfig, replyWith } from "../agent/support";
-import { type FakeServices, carriedBy, endBySql, overlapHooks, userMessages, forget } from "./overlap-support";
+import {
+  type FakeServices,
+  carriedBy,
+  endBySql,
+  firstHandedOver,
+  overlapHooks,
+  userMessages,
+  forget,
+} from "./overlap-support";
 
 const fake = overlapHooks({});
 let services: FakeServices;
@@ -229,17 +237,14 @@ it("the built-in echo agent, its entry rebuilt while the reset notice is owed: o
 it("a message after a forgotten entry waits behind a run the agent accepted, with nothing else waiting", async () => {
   services = fake((request) => (request.json.message.text === "one" ? accepted() : replyWith("re: two")));
   const chat = unique("chat");
-  const key = genericKey(chat);
-  const one = await send({ chat_id: chat, text: "one" });
-  await runAlarm(key);
-  const first = services.agentCalls()[0]!.json;
+  const { key, sessionId, run: first } = await firstHandedOver(services, chat);
   await forget(key);
   setNow(T0 + 1);
   await send({ chat_id: chat, text: "two" });
   await runAlarm(key);
   // Only the accepted run tells this object that "one" is unfinished: "two" waits behind it.
   expect(carriedBy(services)).toEqual([["one"]]);
-  expect((await userMessages(one.body.session_id)).map((m) => [m.text, m.run_id === null])).toEqual([
+  expect((await userMessages(sessionId)).map((m) => [m.text, m.run_id === null])).toEqual([
     ["one", false],
     ["two", true],
   ]);

@@ -12,7 +12,7 @@ import { injectD1Fault } from "../../src/db/client";
 import { backoffDelay } from "../../src/http/backoff";
 import { T0, adminFetch, alarmOf, genericKey, messagesOf, router, runAlarm, send, setNow, unique } from "../helpers";
 import { accepted, agentApi, replyWith } from "../agent/support";
-import { type FakeServices, overlapHooks, carriedBy } from "./overlap-support";
+import { type FakeServices, overlapHooks, carriedBy, firstHandedOver } from "./overlap-support";
 
 const fake = overlapHooks({ OVERLAP: JSON.stringify({ mode: "interrupt" }) });
 let services: FakeServices;
@@ -149,9 +149,7 @@ describe("interrupt: D1 refuses the interrupt's batch", () => {
   it("nothing is handed over beside the run it could not revoke; the alarm backs off, longer each time, then the interrupt lands", async () => {
     services = fake((request) => (request.json.messages.length === 1 ? accepted() : replyWith("to both")));
     const chat = unique("chat");
-    const key = genericKey(chat);
-    await send({ chat_id: chat, text: "one" });
-    await runAlarm(key);
+    const { key } = await firstHandedOver(services, chat);
     setNow(T0 + 1);
     await send({ chat_id: chat, text: "two" });
     const revoking = (sql: readonly string[]) => sql.some((s) => s.includes("revoked_reason = 'superseded'"));

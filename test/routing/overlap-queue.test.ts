@@ -25,7 +25,15 @@ import {
 import { RUN_LEASE_MS } from "../../src/domain/turn-hold";
 import { SessionRouter } from "../../src/routing/router";
 import { accepted, agentApi, replyWith } from "../agent/support";
-import { type FakeServices, overlapHooks, overlapConfig, carriedBy, sessionAnswer } from "./overlap-support";
+import {
+  type FakeServices,
+  overlapHooks,
+  overlapConfig,
+  carriedBy,
+  explained,
+  firstHandedOver,
+  sessionAnswer,
+} from "./overlap-support";
 
 const fake = overlapHooks({});
 let services: FakeServices;
@@ -555,20 +563,17 @@ describe("explain", () => {
     await send({ chat_id: chat, text: "one" });
     await send({ chat_id: chat, text: "two" });
     await send({ chat_id: chat, text: "three" });
-    const explained = (await (await adminFetch(`/admin/routes/${encodeURIComponent(key)}/explain`)).json()) as any;
-    expect(explained.waiting).toBe(2);
-    expect(explained.overlap).toMatchObject({ mode: "queue", source: "default" });
+    const explanation = await explained(key);
+    expect(explanation.waiting).toBe(2);
+    expect(explanation.overlap).toMatchObject({ mode: "queue", source: "default" });
   });
 
   it("a platform's resend of the message in flight is a duplicate, and nothing more waits", async () => {
     services = fake(() => accepted());
     const chat = unique("chat");
-    const key = genericKey(chat);
-    const one = await send({ chat_id: chat, text: "one" });
-    await runAlarm(key);
-    const resent = await send({ chat_id: chat, text: "one", event_id: one.eventId });
-    expect(resent.body).toMatchObject({ duplicate: true, session_id: one.body.session_id });
-    const explained = (await (await adminFetch(`/admin/routes/${encodeURIComponent(key)}/explain`)).json()) as any;
-    expect(explained.waiting).toBe(0);
+    const { key, sessionId, run } = await firstHandedOver(services, chat);
+    const resent = await send({ chat_id: chat, text: "one", event_id: run.message.event_id });
+    expect(resent.body).toMatchObject({ duplicate: true, session_id: sessionId });
+    expect((await explained(key)).waiting).toBe(0);
   });
 });

@@ -80,6 +80,11 @@ export async function firstHandedOver(services: FakeServices, chat: string) {
   return { key, sessionId: one.body.session_id as string, run: services.agentCalls().at(-1)!.json };
 }
 
+/** What `GET /admin/routes/{key}/explain` answers an operator (its `waiting` count, mostly). */
+export async function explained(key: string): Promise<any> {
+  return (await adminFetch(`/admin/routes/${encodeURIComponent(key)}/explain`)).json();
+}
+
 /** An operator's tool ends a row by SQL (recoverable by default): the routing object is not told. */
 export async function endBySql(sessionId: string, at: number, reason = "agent_close"): Promise<void> {
   await env.DB.prepare(`UPDATE sessions SET end_reason = ?, ended_at = ? WHERE id = ?`)
