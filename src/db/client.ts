@@ -103,6 +103,17 @@ function takeFault(statements: readonly Statement<unknown>[]): number | null {
   return at;
 }
 
+/**
+ * Whether a batch that threw may still have committed. D1 runs a batch as one
+ * transaction: when SQLite itself refused a statement (its error names a `SQLITE_`
+ * code), the whole batch was rolled back. Any other failure (the connection lost, a
+ * timeout, the object reset) may have come after the commit, so what was staged for
+ * the batch stays, and D1's own record decides later.
+ */
+export function mayHaveCommitted(error: unknown): boolean {
+  return !/\bSQLITE_[A-Z]+/.test(error instanceof Error ? error.message : String(error));
+}
+
 const changes = (result: D1Result) => result.meta.changes ?? 0;
 
 /** A statement from SQL text with `?` parameters, read as its changed-row count. */

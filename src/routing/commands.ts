@@ -6,7 +6,7 @@
 import { effectiveEnv } from "../config";
 import { insertDelivery } from "../db/deliveries";
 import { startedEvents } from "../db/events";
-import type { Statement } from "../db/client";
+import { mayHaveCommitted, type Statement } from "../db/client";
 import {
   endLive,
   insertSession,
@@ -114,7 +114,8 @@ export class Commands {
       try {
         results = await db.batch(...statements);
       } catch (error) {
-        if (delivery) outbox.unstage(delivery.work.deliveryId);
+        // An answer whose batch may have committed stays: sending asks D1 for its row first.
+        if (delivery && !mayHaveCommitted(error)) outbox.unstage(delivery.work.deliveryId);
         throw error;
       }
       if (endedAs && results[0] === 1) countEnded(endedAs);

@@ -3,7 +3,7 @@
  * (spec invariants 1, 2, 5 and 9), its hand-off staged in the outbox before D1
  * sees the message.
  */
-import type { Statement } from "../db/client";
+import { mayHaveCommitted, type Statement } from "../db/client";
 import { endedEvents, startedEvents } from "../db/events";
 import { markEndedNotDispatched } from "../db/overlap";
 import { revokeRuns } from "../db/runs";
@@ -89,7 +89,10 @@ export class Inbound {
     try {
       stored = await this.storeMessage(message, work, policy);
     } catch (error) {
-      outbox.unstage(work.runId);
+      // Removed only when D1 surely rolled the batch back: one that may have committed
+      // keeps its hand-off, which confirming asks D1 about (the platform's retry is then
+      // a duplicate, so nothing else would hand the message over).
+      if (!mayHaveCommitted(error)) outbox.unstage(work.runId);
       throw error;
     }
     const decision = stored.decision;

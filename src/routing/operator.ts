@@ -4,6 +4,7 @@
  * Each method runs under the object's lock (the router's locked helper).
  */
 import { sha256Hex } from "../crypto";
+import { mayHaveCommitted } from "../db/client";
 import { requeueDelivery, selectDelivery } from "../db/deliveries";
 import { requeueFailedRun, selectRun } from "../db/runs";
 import type { DeliveryRow, RunRow, SessionRow } from "../db/schema";
@@ -126,17 +127,18 @@ export class Operator {
     const work = run.messages ? { ...base, messages: JSON.parse(run.messages) as RoutedMessage[] } : base;
     // Staged first, like any hand-off; removed again if D1 refuses the retry.
     outbox.stage(runId, "run", work, now, true);
+    let changed: number;
     let rows: RunRow[];
     try {
-      const [changed, after] = await db.batch(
-        requeueFailedRun(runId, await sha256Hex(work.token)),
-        selectRun(db, runId),
-      );
-      if (changed !== 1) throw new Error(`run ${runId} changed meanwhile`);
-      rows = after;
+      [changed, rows] = await db.batch(requeueFailedRun(runId, await sha256Hex(work.token)), selectRun(db, runId));
     } catch (error) {
-      outbox.unstage(runId);
+      // A retry whose batch may have committed stays: confirming asks D1 about its run.
+      if (!mayHaveCommitted(error)) outbox.unstage(runId);
       throw error;
+    }
+    if (changed !== 1) {
+      outbox.unstage(runId);
+      throw new Error(`run ${runId} changed meanwhile`);
     }
     this.ctx.confirmedRuns.add(runId);
     return { status: 200, body: { run: rows[0]! } };

@@ -7,7 +7,7 @@
  */
 import { env } from "cloudflare:workers";
 import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
-import { injectD1Fault } from "../../src/db/client";
+import { Database, exec, injectD1Fault, mayHaveCommitted } from "../../src/db/client";
 import { backoffDelay } from "../../src/http/backoff";
 import {
   MINUTE,
@@ -200,5 +200,49 @@ describe("the drain's reply batch", () => {
     } finally {
       outbound.restore();
     }
+  });
+});
+
+describe("a batch that threw: rolled back, or perhaps committed", () => {
+  const failureOf = async (run: () => Promise<unknown>) => {
+    try {
+      await run();
+    } catch (error) {
+      return error;
+    }
+    throw new Error("the batch did not throw");
+  };
+  const db = () => new Database(env.DB, "ingress");
+
+  it("a statement SQLite refused rolled the whole batch back", async () => {
+    const chat = unique("chat");
+    const error = await failureOf(() =>
+      db().batch(
+        exec(
+          "INSERT INTO inbound_events (day, platform, event_id, session_key, received_at) VALUES (0, 'generic', ?, 'k', 0)",
+          chat,
+        ),
+        exec("SELECT * FROM no_such_table"),
+      ),
+    );
+    expect(mayHaveCommitted(error)).toBe(false);
+    expect(await env.DB.prepare("SELECT * FROM inbound_events WHERE event_id = ?").bind(chat).first()).toBeNull();
+  });
+
+  it("a constraint SQLite enforced is a refusal too", async () => {
+    const error = await failureOf(() => env.DB.batch([env.DB.prepare("INSERT INTO sessions (id) VALUES (NULL)")]));
+    expect(mayHaveCommitted(error)).toBe(false);
+  });
+
+  it("a failure D1 gives no SQLite code for (the connection lost, the object reset) may have committed", async () => {
+    expect(mayHaveCommitted(new Error("D1_ERROR: Network connection lost."))).toBe(true);
+    expect(
+      mayHaveCommitted(new Error("D1 DB storage operation exceeded timeout which caused object to be reset.")),
+    ).toBe(true);
+    const injected = await failureOf(() => {
+      injectD1Fault({ afterCommit: true });
+      return db().batch(exec("SELECT 1"));
+    });
+    expect(mayHaveCommitted(injected)).toBe(true);
   });
 });

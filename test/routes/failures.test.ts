@@ -299,7 +299,8 @@ describe("retries the routing object refuses itself", () => {
     expect(agentCalls()).toHaveLength(1);
   });
 
-  it("D1 failing while a run's retry is written leaves nothing staged; the retry can be asked again", async () => {
+  /** A run the agent refused for good, then its retry's D1 batch failing (`afterCommit`: it commits first). */
+  async function retryFailing(afterCommit: boolean) {
     let refuse = true;
     agentAnswer = () => (refuse ? new Response("bad", { status: 400 }) : replyWith("at last"));
     const chat = unique("chat");
@@ -307,16 +308,31 @@ describe("retries the routing object refuses itself", () => {
     await send({ chat_id: chat, text: "please" });
     await runAlarm(key);
     const { run_id } = agentCalls()[0]!.json;
-    const fault = injectD1Fault({ match: (sql) => sql.some((s) => s.includes("SET failed_at = NULL")) });
+    const fault = injectD1Fault({ afterCommit, match: (sql) => sql.some((s) => s.includes("SET failed_at = NULL")) });
     const failed = await post(`/admin/runs/${run_id}/retry`);
     injectD1Fault(null);
     expect(fault.hits()).toBe(1);
     expect(failed.status).toBeGreaterThanOrEqual(500);
+    return { key, runId: run_id as string, agentAnswers: () => (refuse = false) };
+  }
+
+  it("D1 failing while a run's retry is written leaves nothing staged; the retry can be asked again", async () => {
+    const { key, runId, agentAnswers } = await retryFailing(false);
     // Nothing was staged for a retry D1 never recorded.
     expect(await router(key).outbox()).toEqual([]);
-    refuse = false;
-    expect((await post(`/admin/runs/${run_id}/retry`)).status).toBe(200);
+    agentAnswers();
+    expect((await post(`/admin/runs/${runId}/retry`)).status).toBe(200);
     await runAlarm(key);
+    expect(replies().map((r) => r.text)).toEqual(["at last"]);
+  });
+
+  it("a run's retry whose batch committed but did not answer is still handed over; asking again is 409", async () => {
+    const { key, runId, agentAnswers } = await retryFailing(true);
+    // D1 has the run requeued: the operator asking again finds it no longer failed.
+    expect((await post(`/admin/runs/${runId}/retry`)).status).toBe(409);
+    agentAnswers();
+    await runAlarm(key);
+    expect(agentCalls().map((c) => c.json.run_id)).toEqual([runId, runId]);
     expect(replies().map((r) => r.text)).toEqual(["at last"]);
   });
 

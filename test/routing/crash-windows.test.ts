@@ -7,6 +7,8 @@
  *   row, and the platform's resend repairs the entry.
  * - A reply recorded through the run API, its delivery never staged: it is still sent.
  * - The same for the agent's 200 answer, whose run stays in the outbox until then.
+ * - A batch that commits and throws while the object lives on: what was staged for
+ *   it (a message's hand-off, a command's answer) stays and is still sent once.
  */
 import { runInDurableObject } from "cloudflare:test";
 import { env } from "cloudflare:workers";
@@ -29,6 +31,7 @@ import {
 import { OutboxTable as RouterStorage } from "../../src/routing/outbox-table";
 import { accepted, agentApi, agentConfig, CONCURRENT, fakeServices, replyWith } from "../agent/support";
 import { carriedBy, explained, firstHandedOver } from "./overlap-support";
+import { COMMAND_REPLIES } from "../../src/domain/commands";
 
 const has = (fragment: string) => (sql: readonly string[]) => sql.some((s) => s.includes(fragment));
 let services: ReturnType<typeof fakeServices> | null = null;
@@ -362,4 +365,58 @@ describe("an answer staged before a batch D1 never stored (a kill between them)"
       expect((await router(key).outbox()).map((item) => item.id)).not.toContain(deliveryId);
     });
   }
+});
+
+/**
+ * A batch that commits and then throws while the object lives on (D1's answer lost on
+ * the way back): the webhook is answered 5xx, and the platform's resend finds the
+ * message stored (a duplicate). What was staged before the batch must still go out.
+ */
+describe("a batch that committed, its answer lost (the object lives on)", () => {
+  async function answeredThenLost(match: string, text: string) {
+    useConfig(agentConfig({ HOOK_URLS: "" }));
+    services = fakeServices((request) => replyWith(`re: ${request.json.message.text}`));
+    const chat = unique("chat");
+    const key = genericKey(chat);
+    const first = await send({ chat_id: chat, text: "one" });
+    await runAlarm(key);
+    setNow(T0 + 1);
+    const fault = injectD1Fault({ afterCommit: true, match: has(match) });
+    const lost = await send({ chat_id: chat, text });
+    expect(fault.hits()).toBe(1);
+    expect(lost.status).toBeGreaterThanOrEqual(500);
+    return { chat, key, sessionId: first.body.session_id as string, eventId: lost.eventId };
+  }
+  const handedOver = () => services!.agentCalls().map((c) => c.json.message.text);
+
+  it("a message: the resend is a duplicate, and the message is handed to the agent once", async () => {
+    const { chat, key, sessionId, eventId } = await answeredThenLost("INSERT INTO messages", "two");
+    const resent = await send({ chat_id: chat, text: "two", event_id: eventId });
+    expect(resent).toMatchObject({ status: 200, body: { duplicate: true, session_id: sessionId } });
+    await runAlarm(key);
+    await router(key).drained();
+    expect(handedOver()).toEqual(["one", "two"]);
+    expect(services!.replies().map((r) => r.text)).toEqual(["re: one", "re: two"]);
+    expect(await router(key).outbox()).toEqual([]);
+  });
+
+  it("a message never resent is handed over too", async () => {
+    const { key } = await answeredThenLost("INSERT INTO messages", "two");
+    await runAlarm(key);
+    await router(key).drained();
+    expect(handedOver()).toEqual(["one", "two"]);
+  });
+
+  it("a command: /new's answer is sent once, and the resend answers nothing more", async () => {
+    const { chat, key, eventId } = await answeredThenLost("INSERT INTO deliveries", "/new");
+    const rows = await sessionsOfKey(key);
+    expect(rows.map((r) => r.end_reason)).toEqual(["new_command", null]);
+    const resent = await send({ chat_id: chat, text: "/new", event_id: eventId });
+    expect(resent).toMatchObject({ status: 200, body: { duplicate: true } });
+    await runAlarm(key);
+    await router(key).drained();
+    const answers = services!.replies().filter((r) => r.text === COMMAND_REPLIES.started);
+    expect(answers).toHaveLength(1);
+    expect(await router(key).outbox()).toEqual([]);
+  });
 });
