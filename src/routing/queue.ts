@@ -8,7 +8,6 @@
  */
 import { releaseMessages, revokeInterrupted } from "../db/overlap";
 import { selectRun } from "../db/runs";
-import { backoffDelay } from "../http/backoff";
 import { selectDedupe, selectSession } from "../db/sessions";
 import { CRON_PLATFORM } from "../domain/cron";
 import type { RoutedMessage } from "../domain/inbound";
@@ -116,8 +115,8 @@ export class Queue {
    * wait behind ends (a silent agent's run is over then, and nothing else may wake
    * the object: the entry may be forgotten); and now, for messages that nothing holds
    * back any more (a pump that failed between ending a run and staging the next left
-   * them so), or they would wait for the next message. Backs off while an interrupt
-   * fails; the alarm plan backs every time off while the alarm's passes fail.
+   * them so), or they would wait for the next message. An interrupt that fails is
+   * not backed off here: it fails the alarm's pass, and the alarm plan backs off.
    */
   dueAt(now: number): number | null {
     const { waiting } = this.ctx;
@@ -138,17 +137,12 @@ export class Queue {
         if (!holds.staged && holds.leaseEnd !== null) due.push(holds.leaseEnd);
         continue;
       }
-      if (interrupts)
-        due.push(
-          Math.max(quietAt ?? now, now + (this.interruptFailures === 0 ? 0 : backoffDelay(this.interruptFailures))),
-        );
-      // Nothing holds them: due when their debounce window ends, else now.
-      else due.push(quietAt ?? now);
+      // An interrupt to carry out, or nothing holds them: due when their debounce window
+      // ends, else now.
+      due.push(quietAt ?? now);
     }
     return due.length === 0 ? null : Math.min(...due);
   }
-
-  private interruptFailures = 0;
 
   /**
    * `interrupt`: a message that came while a run is unfinished revokes it. Messages
@@ -186,13 +180,7 @@ export class Queue {
       ...acceptedIds.flatMap((runId) => waiting.acceptedMessages(runId)),
     ];
     const revoked = [...items.map((item) => item.id), ...acceptedIds];
-    try {
-      await db.batch(...revoked.flatMap((runId) => [revokeInterrupted(runId), releaseMessages(sessionId, runId)]));
-    } catch (error) {
-      this.interruptFailures += 1;
-      throw error;
-    }
-    this.interruptFailures = 0;
+    await db.batch(...revoked.flatMap((runId) => [revokeInterrupted(runId), releaseMessages(sessionId, runId)]));
     for (const item of items) outbox.complete(item.id);
     for (const runId of acceptedIds) waiting.over(runId);
     this.dispatch(sessionId, now, carried);

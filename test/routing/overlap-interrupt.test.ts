@@ -153,15 +153,16 @@ describe("interrupt: D1 refuses the interrupt's batch", () => {
     setNow(T0 + 1);
     await send({ chat_id: chat, text: "two" });
     const revoking = (sql: readonly string[]) => sql.some((s) => s.includes("revoked_reason = 'superseded'"));
-    injectD1Fault({ match: revoking, times: 2 });
+    injectD1Fault({ match: revoking, times: 4 });
     vi.spyOn(console, "error").mockImplementation(() => undefined);
-    await runAlarm(key);
-    expect(await alarmOf(key)).toBe(T0 + 1 + backoffDelay(1));
-    setNow(T0 + 1 + backoffDelay(1));
-    await runAlarm(key);
-    expect(await alarmOf(key)).toBe(T0 + 1 + backoffDelay(1) + backoffDelay(2));
+    let at = T0 + 1;
+    for (const failure of [1, 2, 3, 4]) {
+      await runAlarm(key);
+      expect(await alarmOf(key)).toBe(at + backoffDelay(failure));
+      at += backoffDelay(failure);
+      setNow(at);
+    }
     expect(callTexts()).toEqual([["one"]]);
-    setNow(T0 + 1 + backoffDelay(1) + backoffDelay(2));
     await runAlarm(key);
     await router(key).drained();
     await runAlarm(key);
