@@ -4,6 +4,7 @@
  * adds a query or a row to the path that answers the webhook fails this test.
  */
 import { afterEach, beforeEach, expect, it } from "vitest";
+import { injectD1Fault } from "../../src/db/client";
 import { metrics, resetMetrics } from "../../src/metrics";
 import { T0, genericKey, restoreClock, runAlarm, send, setNow, unique, useConfig } from "../helpers";
 import { agentConfig, fakeServices, replyWith } from "../agent/support";
@@ -13,6 +14,8 @@ beforeEach(() => setNow(T0));
 /** A waiting message's own rows in the routing object (measured; see docs/performance.md). */
 const WAITING_OBJECT_ROWS_READ = 11;
 const WAITING_OBJECT_ROWS_WRITTEN = 4;
+/** The routing object's rows written by the turn before a waiting message and the run that carries it (measured). */
+const CARRYING_OBJECT_ROWS_WRITTEN = 6;
 /** A steady message's rows in the routing object with an external agent answering inline (measured). */
 const EXTERNAL_OBJECT_ROWS_READ = 15;
 const EXTERNAL_OBJECT_ROWS_WRITTEN = 5;
@@ -135,9 +138,17 @@ it("a message that waits behind an unfinished run costs what any message costs i
   });
   expect(metrics.do_rows_read).toBe(WAITING_OBJECT_ROWS_READ);
   expect(metrics.do_rows_written).toBe(WAITING_OBJECT_ROWS_WRITTEN);
-  // Both messages are then carried by one run.
+  // The run before it is answered, then a run carries the waiting message: the batch
+  // of each turn, and no read between them (the routing entry names the session, so
+  // the carrying run's context needs nothing from D1).
+  const batches: string[][] = [];
+  injectD1Fault({ match: (sql) => (batches.push([...sql]), false), times: Infinity });
+  resetMetrics();
   await runAlarm(key);
   await runAlarm(key);
+  injectD1Fault(null);
+  expect(batches.map((sql) => sql.length)).toEqual([3, 6]);
+  expect(metrics.do_rows_written).toBe(CARRYING_OBJECT_ROWS_WRITTEN);
 });
 
 it("a hand-off to an external agent on a platform without typing costs the object no typing rows", async () => {

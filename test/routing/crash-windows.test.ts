@@ -241,6 +241,28 @@ describe("a kill between recording a run API reply and staging its delivery", ()
     expect(await router(key).outbox()).toEqual([]);
   });
 
+  it("a message waiting behind that run goes with the delivery's alarm, not at the run's lease end", async () => {
+    useConfig(agentConfig({ HOOK_URLS: "" }));
+    services = fakeServices((request) =>
+      request.json.message.text === "slow question" ? accepted() : replyWith("ok"),
+    );
+    const chat = unique("chat");
+    const key = genericKey(chat);
+    await send({ chat_id: chat, text: "slow question" });
+    await runAlarm(key);
+    const run = services.agentCalls()[0]!.json;
+    setNow(T0 + 1);
+    await send({ chat_id: chat, text: "next" });
+    injectD1Fault({ afterCommit: true, match: has("UPDATE runs SET finished_at") });
+    expect((await agentApi(`/v1/runs/${run.run_id}/reply`, run.run_token, { text: "late" })).status).toBe(503);
+    // The object never heard that the run finished; D1 says so, and the alarm asks D1.
+    setNow(T0 + 2);
+    await runAlarm(key);
+    await router(key).drained();
+    expect(services.agentCalls().map((c) => c.json.message.text)).toEqual(["slow question", "next"]);
+    expect(services.replies().map((r) => r.text)).toEqual(["late", "ok"]);
+  });
+
   it("a delivery left pending with nothing staged (an older build's kill) is staged by the agent's retried reply", async () => {
     useConfig(agentConfig({ HOOK_URLS: "" }));
     services = fakeServices(() => accepted());

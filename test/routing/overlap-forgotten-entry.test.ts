@@ -72,14 +72,15 @@ async function waitingBehindAcceptedThenForgotten() {
   setNow(T0 + 1);
   await send({ chat_id: chat, text: "two" });
   await forget(key);
-  return { key, sessionId: one.body.session_id as string, run };
+  return { chat, key, sessionId: one.body.session_id as string, run };
 }
 
 it("a message waiting behind an accepted run that falls silent is carried when the lease lapses, the entry forgotten", async () => {
   const { key, sessionId } = await waitingBehindAcceptedThenForgotten();
   // Nothing but the lease can end the run: the alarm must come by its end.
   expect(await alarmOf(key)).toBe(T0 + RUN_LEASE_MS);
-  setNow(T0 + RUN_LEASE_MS + 1);
+  // The alarm on time, at the lease's end: the run holds nothing from then on (as the reset policy counts it).
+  setNow(T0 + RUN_LEASE_MS);
   expect(await runAlarm(key)).toBe(true);
   await router(key).drained();
   expect(carriedBy(services)).toEqual([["one"], ["two"]]);
@@ -122,6 +123,23 @@ it("D1 failing between the lapsed run's end and the next run's staging strands n
   expect(await runAlarm(key)).toBe(true);
   await router(key).drained();
   expect(carriedBy(services)).toEqual([["one"], ["two"]]);
+});
+
+it("a message that comes while the failed pump's messages still wait joins them: one run carries both, oldest first", async () => {
+  const { chat, key } = await waitingBehindAcceptedThenForgotten();
+  setNow(T0 + RUN_LEASE_MS + 1);
+  injectD1Fault({ match: (sql) => sql.length === 1 && sql[0]!.includes('from "sessions" where "sessions"."id" = ?') });
+  await runAlarm(key);
+  injectD1Fault(null);
+  // No run is unfinished and no entry names the session: only "two" waiting tells this
+  // object which session "three" lands in, and that it must wait with "two".
+  setNow(T0 + RUN_LEASE_MS + 2);
+  await send({ chat_id: chat, text: "three" });
+  setNow(T0 + RUN_LEASE_MS + 1 + backoffDelay(1));
+  await runAlarm(key);
+  await router(key).drained();
+  await runAlarm(key);
+  expect(carriedBy(services)).toEqual([["one"], ["two", "three"]]);
 });
 
 /** A chat whose first message ("yesterday") was answered; the fake agent echoes "re: …". */

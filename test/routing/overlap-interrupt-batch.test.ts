@@ -8,7 +8,7 @@
 import { env } from "cloudflare:test";
 import { expect, it } from "vitest";
 import { T0, adminFetch, genericKey, router, runAlarm, send, setNow, unique, useConfig } from "../helpers";
-import { replyWith } from "../agent/support";
+import { accepted, replyWith } from "../agent/support";
 import { type FakeServices, overlapHooks, overlapConfig, carriedBy, userMessages } from "./overlap-support";
 
 const fake = overlapHooks({ OVERLAP: JSON.stringify({ mode: "interrupt", max_batch: 2, debounce_ms: 1_000 }) });
@@ -65,4 +65,22 @@ it("behind a hand-off of an ended session: no message is carried by a second run
   const texts = carried().flat();
   expect(new Set(texts).size).toBe(texts.length);
   expect(texts.sort()).toEqual(["one", "three", "two"]);
+});
+
+it("an interrupt's run counts the revoked run's messages in max_batch: the rest of the waiting ones wait for the next run", async () => {
+  useConfig(overlapConfig({ OVERLAP: JSON.stringify({ mode: "interrupt", max_batch: 2 }) }));
+  // "one" is taken (202) and then interrupted; every later run is answered.
+  services = fake((request) => (request.json.message.text === "one" ? accepted() : replyWith("ok")));
+  const chat = unique("chat");
+  const key = `${genericKey(chat, "group")}:u1`;
+  await send({ chat_id: chat, chat_type: "group", text: "one" });
+  await runAlarm(key);
+  setNow(T0 + 1);
+  for (const text of ["two", "three", "four"]) await send({ chat_id: chat, chat_type: "group", text });
+  await runAlarm(key);
+  await router(key).drained();
+  await runAlarm(key);
+  await router(key).drained();
+  // The revoked "one" rides again, with as many waiting messages as max_batch leaves room for.
+  expect(carried()).toEqual([["one"], ["one", "two"], ["three", "four"]]);
 });

@@ -12,6 +12,7 @@ import {
   MINUTE,
   T0,
   adminFetch,
+  alarmOf,
   genericKey,
   messagesOf,
   router,
@@ -23,6 +24,7 @@ import {
   useConfig,
 } from "../helpers";
 import { RUN_LEASE_MS } from "../../src/domain/turn-hold";
+import { backoffDelay } from "../../src/http/backoff";
 import { SessionRouter } from "../../src/routing/router";
 import { accepted, agentApi, replyWith } from "../agent/support";
 import {
@@ -189,6 +191,21 @@ describe("queue: the agent is down (503), then up", () => {
     setNow(T0 + 123 * MINUTE);
     await runAlarm(key);
     expect(await sessionRow(one.body.session_id)).toMatchObject({ end_reason: "idle" });
+  });
+});
+
+describe("queue: the agent refuses the hand-off (503) while a message waits behind it", () => {
+  it("the alarm comes back for the retry, not sooner: the waiting message adds no wake-up of its own", async () => {
+    services = fake(() => new Response("down", { status: 503 }));
+    const chat = unique("chat");
+    const key = genericKey(chat);
+    await send({ chat_id: chat, text: "one" });
+    setNow(T0 + 1);
+    await send({ chat_id: chat, text: "two" });
+    await runAlarm(key);
+    expect(callTexts()).toEqual([["one"]]);
+    // The hand-off's outcome is what lets "two" go: nothing to do before its retry.
+    expect(await alarmOf(key)).toBe(T0 + 1 + backoffDelay(1));
   });
 });
 
