@@ -40,7 +40,8 @@ export class Database {
       await this.binding.batch(prepared);
       throw new Error("D1 fault injected by test: the batch committed, then its caller died");
     }
-    if (faultAt !== null) prepared[faultAt] = this.binding.prepare(FAULT_SQL);
+    if (typeof faultAt === "function") await faultAt(this.binding);
+    else if (faultAt !== null) prepared[faultAt] = this.binding.prepare(FAULT_SQL);
     const results = await this.binding.batch(prepared);
     recordD1Batch(
       this.path,
@@ -74,6 +75,12 @@ export interface D1Fault {
    * process killed between D1's commit and what its caller does next (`index` unused).
    */
   afterCommit?: boolean;
+  /**
+   * Instead of failing the batch, run another writer's statements on the same D1
+   * just before it, as a write that lands between the caller's read and its batch
+   * (an operator's SQL, a second gateway instance). The batch then runs as usual.
+   */
+  before?: (db: D1Database) => Promise<unknown>;
 }
 const AFTER_COMMIT = -1;
 const FAULT_SQL = "SELECT * FROM d1_fault_injected_by_test";
@@ -86,14 +93,14 @@ export function injectD1Fault(next: D1Fault | null): { hits: () => number } {
   return { hits: () => armed?.hits ?? 0 };
 }
 
-function takeFault(statements: readonly Statement<unknown>[]): number | null {
+function takeFault(statements: readonly Statement<unknown>[]): number | NonNullable<D1Fault["before"]> | null {
   if (!fault || fault.left <= 0) return null;
   const sql = statements.map((s) => s.sql);
   if (fault.match && !fault.match(sql)) return null;
-  if (fault.afterCommit) {
+  if (fault.afterCommit || fault.before) {
     fault.left -= 1;
     fault.hits += 1;
-    return AFTER_COMMIT;
+    return fault.before ?? AFTER_COMMIT;
   }
   const index = fault.index ?? 0;
   const at = index < 0 ? statements.length + index : index;

@@ -109,20 +109,27 @@ export function selectSessionOfRun(runId: string): Statement<SessionRow[]> {
 /**
  * A rotation moves the session's current run (finished or not, so it may still end
  * the continuation) and its other unfinished runs to the continuation: their
- * replies land there, and they are not revoked.
+ * replies land there, and they are not revoked. Only once the continuation is in
+ * D1: its insert, earlier in the same batch, happens only if that batch ended the
+ * parent, so a rotation that lost a race to another writer moves nothing.
  */
 export function moveRuns(fromSessionId: string, toSessionId: string): [Statement<number>, Statement<number>] {
+  const continued = `EXISTS (SELECT 1 FROM sessions WHERE id = ?)`;
   return [
     exec(
-      `UPDATE runs SET session_id = ? WHERE id = (SELECT current_run_id FROM sessions WHERE id = ?) AND session_id = ?`,
+      `UPDATE runs SET session_id = ? WHERE id = (SELECT current_run_id FROM sessions WHERE id = ?) AND session_id = ?
+        AND ${continued}`,
       toSessionId,
       fromSessionId,
       fromSessionId,
+      toSessionId,
     ),
     exec(
-      `UPDATE runs SET session_id = ? WHERE session_id = ? AND finished_at IS NULL AND revoked_reason IS NULL`,
+      `UPDATE runs SET session_id = ? WHERE session_id = ? AND finished_at IS NULL AND revoked_reason IS NULL
+        AND ${continued}`,
       toSessionId,
       fromSessionId,
+      toSessionId,
     ),
   ];
 }

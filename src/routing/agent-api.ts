@@ -175,10 +175,10 @@ export class AgentApi {
     }
     const policy = policyFor(this.ctx, session.platform, session.chatType);
     const continuation = continuationOf(session, policy, openRuns, now);
-    const [ended, , , inserted] = await db.batch(
+    const [ended, inserted] = await db.batch(
       endLive(session.id, "compression", false, now),
-      ...moveRuns(session.id, continuation.id),
       ...insertSession(continuation, null, { sessionId: session.id, reason: "compression" }),
+      ...moveRuns(session.id, continuation.id),
       ...endedEvents(session.id, now, eventStatus),
       ...startedEvents(continuation.id, now, eventStatus),
     );

@@ -136,9 +136,10 @@ export class Operator {
       if (!mayHaveCommitted(error)) outbox.unstage(runId);
       throw error;
     }
+    // Another writer got there between the read and the batch: as if asked a moment later.
     if (changed !== 1) {
       outbox.unstage(runId);
-      throw new Error(`run ${runId} changed meanwhile`);
+      return conflict("not_failed", `run ${runId} has not failed`);
     }
     this.ctx.confirmedRuns.add(runId);
     return { status: 200, body: { run: rows[0]! } };

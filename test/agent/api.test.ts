@@ -17,10 +17,12 @@ import {
   runAlarm,
   send,
   sessionRow,
+  sessionsOfKey,
   setNow,
   unique,
   useConfig,
 } from "../helpers";
+import { injectD1Fault } from "../../src/db/client";
 import { COMMAND_REPLIES } from "../../src/domain/commands";
 import {
   AGENT_TOKEN,
@@ -319,6 +321,31 @@ describe("rotation", () => {
     // The moved run's reply lands in the continuation.
     await agentApi(`/v1/runs/${run.runId}/reply`, run.token, { text: "summary so far" });
     expect((await messagesOf(continuation)).map((m) => m.text)).toEqual(["and then", "summary so far"]);
+  });
+
+  it("a session ended by SQL between the rotation's read and its batch: 409 session_ended, no continuation, the run stays", async () => {
+    const chat = unique("chat");
+    const key = genericKey(chat);
+    const run = await dispatched(chat, "long conversation");
+    const slipped = injectD1Fault({
+      match: (sql) => sql.some((s) => s.includes("UPDATE runs SET session_id")),
+      before: (db) =>
+        db
+          .prepare(`UPDATE sessions SET end_reason = 'agent_close', ended_at = ? WHERE id = ?`)
+          .bind(T0, run.sessionId)
+          .run(),
+    });
+    setNow(T0 + 60_000);
+    const rotated = await agentApi(`/v1/sessions/${run.sessionId}/rotate`, run.token, { reason: "compression" });
+    expect(slipped.hits()).toBe(1);
+    expect(rotated).toEqual({ status: 409, body: { owns: false, reason: "session_ended" } });
+    expect((await sessionsOfKey(key)).map((row) => row.id)).toEqual([run.sessionId]);
+    const moved = await env.DB.prepare(`SELECT session_id FROM runs WHERE id = ?`).bind(run.runId).first<any>();
+    expect(moved.session_id).toBe(run.sessionId);
+    // The next message lands in no continuation: it reopens the session (agent_close is recoverable).
+    const next = await send({ chat_id: chat, text: "and then" });
+    expect(next.body.session_id).toBe(run.sessionId);
+    expect(await sessionRow(run.sessionId)).toMatchObject({ end_reason: null });
   });
 
   it("only the current run may rotate", async () => {

@@ -242,6 +242,53 @@ describe("deliveries_failed and POST /admin/deliveries/{event_id}/retry", () => 
   });
 });
 
+describe("another writer between the object's read and its retry's batch", () => {
+  it("a run finished meanwhile (by SQL) is 409 not_failed, as a moment later, and not handed over again", async () => {
+    agentAnswer = () => new Response("bad", { status: 400 });
+    const chat = unique("chat");
+    const key = genericKey(chat);
+    await send({ chat_id: chat });
+    await runAlarm(key);
+    const { run_id } = agentCalls()[0]!.json;
+    const slipped = injectD1Fault({
+      match: (sql) => sql.some((s) => s.includes("SET failed_at = NULL")),
+      before: (db) => db.prepare(`UPDATE runs SET finished_at = ? WHERE id = ?`).bind(T0, run_id).run(),
+    });
+    const retried = await post(`/admin/runs/${run_id}/retry`);
+    expect(slipped.hits()).toBe(1);
+    expect({ status: retried.status, body: await retried.json() }).toEqual({
+      status: 409,
+      body: { error: { code: "not_failed", message: `run ${run_id} has not failed` } },
+    });
+    expect(await router(key).outbox()).toEqual([]);
+    await runAlarm(key);
+    expect(agentCalls()).toHaveLength(1);
+  });
+
+  it("a dead letter marked sent meanwhile (by SQL) is 409 not_failed and sent no more", async () => {
+    replyAnswer = () => new Response("gone", { status: 410 });
+    const chat = unique("chat");
+    const key = genericKey(chat);
+    const sent = await send({ chat_id: chat, text: "hello" });
+    await runAlarm(key);
+    const slipped = injectD1Fault({
+      match: (sql) => sql.some((s) => s.includes("SET status = 'pending'")),
+      before: (db) => db.prepare(`UPDATE deliveries SET status = 'sent' WHERE event_id = ?`).bind(sent.eventId).run(),
+    });
+    const retried = await post(`/admin/deliveries/${encodeURIComponent(sent.eventId)}/retry`);
+    expect(slipped.hits()).toBe(1);
+    expect({ status: retried.status, body: await retried.json() }).toEqual({
+      status: 409,
+      body: {
+        error: { code: "not_failed", message: `delivery dl_${agentCalls()[0]!.json.run_id}_reply has not failed` },
+      },
+    });
+    expect(await router(key).outbox()).toEqual([]);
+    await runAlarm(key);
+    expect(replies()).toHaveLength(1);
+  });
+});
+
 describe("retries the routing object refuses itself", () => {
   it("409 for a failed run the agent answered later through the run API: it is finished", async () => {
     agentAnswer = () => new Response("bad", { status: 400 });

@@ -10,6 +10,7 @@ import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { injectD1Fault } from "../../src/db/client";
 import { COMMAND_REPLIES } from "../../src/domain/commands";
 import { metrics } from "../../src/metrics";
+import { MAX_ROUTING_ATTEMPTS } from "../../src/routing/context";
 import { AGENT_URL, accepted, agentConfig } from "../agent/support";
 import {
   MINUTE,
@@ -17,6 +18,7 @@ import {
   alarmOf,
   captureFetch,
   deliveriesOf,
+  eventsOf,
   genericKey,
   router,
   runAlarm,
@@ -178,6 +180,28 @@ describe("a session /stop ended", () => {
   });
 });
 
+describe("a session the agent ended (recoverable), replaced by /new within its policy", () => {
+  it("is finalized when its old deadline passes, by the alarm of the key, not before", async () => {
+    const { chat, key, first } = await answeredSession("hello");
+    // agent_close keeps the row recoverable until the policy's deadline (60 idle minutes).
+    await env.DB.prepare(`UPDATE sessions SET end_reason = 'agent_close', ended_at = ? WHERE id = ?`)
+      .bind(T0, first.body.session_id)
+      .run();
+    setNow(T0 + MINUTE);
+    const fresh = await send({ chat_id: chat, text: "/new" });
+    expect(fresh.body.session_id).not.toBe(first.body.session_id);
+    await runAlarm(key);
+    const types = async () => (await eventsOf(first.body.session_id)).map((e) => e.type);
+    expect(await types()).not.toContain("session.finalized");
+    // The key's alarm comes for it just past its old deadline (60 idle minutes after "hello").
+    expect(await alarmOf(key)).toBe(T0 + 60 * MINUTE + 1);
+    setNow(T0 + 60 * MINUTE + 1);
+    await runAlarm(key);
+    expect(await types()).toContain("session.finalized");
+    expect(await sessionRow(first.body.session_id)).toMatchObject({ end_reason: "idle" });
+  });
+});
+
 describe("a turn in progress holds an expired session open (invariant 6)", () => {
   it("/new past the deadline while the agent still works ends it for the command, not by the policy", async () => {
     useConfig(agentConfig({ SESSION_RESET: JSON.stringify({ mode: "idle", idle_minutes: 1 }) }));
@@ -247,6 +271,66 @@ describe("D1 failing", () => {
     await runAlarm(key);
     expect(chatAnswers()).toEqual([COMMAND_REPLIES.started]);
     expect(await sessionsOfKey(key)).toHaveLength(2);
+  });
+});
+
+describe("another writer between the command's read and its batch", () => {
+  /** Ends the row by SQL (an operator's tool) just before the next command batch D1 sees, `times` times. */
+  function slipAnEnd(sessionId: string, times = 1) {
+    return injectD1Fault({
+      match: (sql) => sql.some((s) => s.includes("INSERT INTO deliveries")),
+      times,
+      // Each time a different reason, so the batch's own end (or its guard on the last one seen) misses.
+      before: (db) =>
+        db
+          .prepare(
+            `UPDATE sessions SET end_reason = CASE end_reason WHEN 'agent_close' THEN 'admin' ELSE 'agent_close' END,
+               ended_at = COALESCE(ended_at, ?) WHERE id = ?`,
+          )
+          .bind(T0, sessionId)
+          .run(),
+    });
+  }
+
+  it("/new: the session it ended first is read again and replaced as it was ended; one answer, no end of its own counted", async () => {
+    const { chat, key, first } = await answeredSession("hello");
+    const ended = metrics.sessions_ended.new_command ?? 0;
+    const slipped = slipAnEnd(first.body.session_id);
+    setNow(T0 + MINUTE);
+    const answer = await send({ chat_id: chat, text: "/new" });
+    expect(slipped.hits()).toBe(1);
+    expect(answer.status).toBe(200);
+    // The operator's end stands; the fresh session follows it.
+    expect(await sessionRow(first.body.session_id)).toMatchObject({ end_reason: "agent_close" });
+    const sessions = await sessionsOfKey(key);
+    expect(sessions.map((row) => row.id)).toEqual([first.body.session_id, answer.body.session_id]);
+    expect(await sessionRow(answer.body.session_id)).toMatchObject({
+      end_reason: null,
+      previous_session_id: first.body.session_id,
+    });
+    expect(metrics.sessions_ended.new_command ?? 0).toBe(ended);
+    await runAlarm(key);
+    expect(chatAnswers()).toEqual([COMMAND_REPLIES.started]);
+  });
+
+  it("/new gives up after MAX_ROUTING_ATTEMPTS batches that each lost the race: 5xx, no answer owed; the retry is answered", async () => {
+    const { chat, key, first } = await answeredSession("hello");
+    const slipped = slipAnEnd(first.body.session_id, MAX_ROUTING_ATTEMPTS + 1);
+    setNow(T0 + MINUTE);
+    const failed = await send({ chat_id: chat, text: "/new" });
+    // 503, so the platform retries, saying why.
+    expect(failed).toMatchObject({
+      status: 503,
+      body: { error: { message: expect.stringContaining(`did not settle after ${MAX_ROUTING_ATTEMPTS} attempts`) } },
+    });
+    expect(slipped.hits()).toBe(MAX_ROUTING_ATTEMPTS);
+    expect(await sessionsOfKey(key)).toHaveLength(1);
+    expect((await router(key).outbox()).filter((item) => item.kind === "delivery")).toEqual([]);
+    injectD1Fault(null);
+    const retried = await send({ chat_id: chat, text: "/new", event_id: failed.eventId });
+    expect(retried.status).toBe(200);
+    await runAlarm(key);
+    expect(chatAnswers()).toEqual([COMMAND_REPLIES.started]);
   });
 });
 
