@@ -222,3 +222,17 @@ export function loggedLines(spy: { mock: { calls: unknown[][] } }, msg: string):
     .map(([line]) => JSON.parse(String(line)) as Record<string, unknown>)
     .filter((line) => line.msg === msg);
 }
+
+/**
+ * For `injectD1Fault`'s `before`: another writer (an operator's SQL) ends `sessionId`,
+ * each time with a reason other than the one it has (agent_close, then admin, and so
+ * on), so a batch prepared from the row as it was read misses every time.
+ */
+export const endOtherwiseBySql = (sessionId: string, at: number) => (db: D1Database) =>
+  db
+    .prepare(
+      `UPDATE sessions SET end_reason = CASE end_reason WHEN 'agent_close' THEN 'admin' ELSE 'agent_close' END,
+         ended_at = COALESCE(ended_at, ?) WHERE id = ?`,
+    )
+    .bind(at, sessionId)
+    .run();

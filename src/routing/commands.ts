@@ -31,6 +31,7 @@ import {
   freshSession,
   MAX_ROUTING_ATTEMPTS,
   revokedAndEnded,
+  RoutingUnsettled,
   stageEvents,
   type RouterContext,
 } from "./context";
@@ -147,7 +148,7 @@ export class Commands {
         body: { accepted: true, session_id: answerSessionId, duplicate: false, command_reply: replyText },
       };
     }
-    throw new Error(`command did not settle after ${MAX_ROUTING_ATTEMPTS} attempts`);
+    throw new RoutingUnsettled("command");
   }
 
   /** The chat answer of a command, unless the platform gives it in the webhook response itself. */

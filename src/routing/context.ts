@@ -32,6 +32,17 @@ import type { DeliveryWork, RunWork } from "./work";
 /** A message is never stored after this many conflicting rereads; the platform retries instead. */
 export const MAX_ROUTING_ATTEMPTS = 3;
 
+/**
+ * A message or command that lost MAX_ROUTING_ATTEMPTS races: every attempt's batch
+ * missed on its conditional statements, so D1 stored nothing of it (unlike a batch
+ * that threw, which may have committed).
+ */
+export class RoutingUnsettled extends Error {
+  constructor(what: string) {
+    super(`${what} did not settle after ${MAX_ROUTING_ATTEMPTS} attempts`);
+  }
+}
+
 /** The routing object's shared state and services, as each flow receives them. */
 export interface RouterContext {
   env: Env;

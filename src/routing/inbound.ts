@@ -30,6 +30,7 @@ import {
   eventStatusFor,
   freshSession,
   MAX_ROUTING_ATTEMPTS,
+  RoutingUnsettled,
   stageEvents,
   type RouterContext,
 } from "./context";
@@ -89,10 +90,10 @@ export class Inbound {
     try {
       stored = await this.storeMessage(message, work, policy);
     } catch (error) {
-      // Removed only when D1 surely rolled the batch back: one that may have committed
+      // Removed only when D1 surely stored nothing: a batch that may have committed
       // keeps its hand-off, which confirming asks D1 about (the platform's retry is then
       // a duplicate, so nothing else would hand the message over).
-      if (!mayHaveCommitted(error)) outbox.unstage(work.runId);
+      if (error instanceof RoutingUnsettled || !mayHaveCommitted(error)) outbox.unstage(work.runId);
       throw error;
     }
     const decision = stored.decision;
@@ -287,7 +288,7 @@ export class Inbound {
       const kind = decision.expire ? "promoted" : "fresh";
       return { ...this.started(session, message, decision.replaced, work, policy, now), decision: kind };
     }
-    throw new Error(`routing did not settle after ${MAX_ROUTING_ATTEMPTS} attempts`);
+    throw new RoutingUnsettled("routing");
   }
 
   /**

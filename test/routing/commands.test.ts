@@ -18,6 +18,7 @@ import {
   alarmOf,
   captureFetch,
   deliveriesOf,
+  endOtherwiseBySql,
   eventsOf,
   genericKey,
   router,
@@ -281,14 +282,7 @@ describe("another writer between the command's read and its batch", () => {
       match: (sql) => sql.some((s) => s.includes("INSERT INTO deliveries")),
       times,
       // Each time a different reason, so the batch's own end (or its guard on the last one seen) misses.
-      before: (db) =>
-        db
-          .prepare(
-            `UPDATE sessions SET end_reason = CASE end_reason WHEN 'agent_close' THEN 'admin' ELSE 'agent_close' END,
-               ended_at = COALESCE(ended_at, ?) WHERE id = ?`,
-          )
-          .bind(T0, sessionId)
-          .run(),
+      before: endOtherwiseBySql(sessionId, T0),
     });
   }
 
@@ -321,7 +315,9 @@ describe("another writer between the command's read and its batch", () => {
     // 503, so the platform retries, saying why.
     expect(failed).toMatchObject({
       status: 503,
-      body: { error: { message: expect.stringContaining(`did not settle after ${MAX_ROUTING_ATTEMPTS} attempts`) } },
+      body: {
+        error: { message: expect.stringContaining(`command did not settle after ${MAX_ROUTING_ATTEMPTS} attempts`) },
+      },
     });
     expect(slipped.hits()).toBe(MAX_ROUTING_ATTEMPTS);
     expect(await sessionsOfKey(key)).toHaveLength(1);
