@@ -203,6 +203,28 @@ describe("a session the agent ended (recoverable), replaced by /new within its p
   });
 });
 
+describe("a session the agent ended, replaced by /new, when the policy changes before its old deadline", () => {
+  it("is looked at again at its new deadline, not over and over from the old one", async () => {
+    const { chat, key, first } = await answeredSession("hello");
+    await env.DB.prepare(`UPDATE sessions SET end_reason = 'agent_close', ended_at = ? WHERE id = ?`)
+      .bind(T0, first.body.session_id)
+      .run();
+    setNow(T0 + MINUTE);
+    await send({ chat_id: chat, text: "/new" });
+    await runAlarm(key);
+    // The operator doubles the idle window: the replaced row stays recoverable for longer.
+    useConfig({ SESSION_RESET: JSON.stringify({ mode: "idle", idle_minutes: 120 }), GENERIC_REPLY_URL: REPLY_URL });
+    setNow(T0 + 60 * MINUTE + 1);
+    await runAlarm(key);
+    expect(await sessionRow(first.body.session_id)).toMatchObject({ end_reason: "agent_close" });
+    const check = (await router(key).outbox()).find((item) => item.kind === "check");
+    expect(check?.dueAt).toBe(T0 + 120 * MINUTE + 1);
+    setNow(T0 + 120 * MINUTE + 1);
+    await runAlarm(key);
+    expect(await sessionRow(first.body.session_id)).toMatchObject({ end_reason: "idle" });
+  });
+});
+
 describe("a turn in progress holds an expired session open (invariant 6)", () => {
   it("/new past the deadline while the agent still works ends it for the command, not by the policy", async () => {
     useConfig(agentConfig({ SESSION_RESET: JSON.stringify({ mode: "idle", idle_minutes: 1 }) }));
