@@ -186,13 +186,36 @@ describe("a run accepted with 202", () => {
     const key = genericKey(chat);
     const run = await acceptedRun(chat);
     await alarmsUntil(key, T0 + RUN_LEASE_MS - 1);
-    expect(await sessionRow(run.sessionId)).toMatchObject({ end_reason: null });
+    // Held past its deadline: the cron sweep's next look is the lease's end, not every minute from the deadline on.
+    expect(await sessionRow(run.sessionId)).toMatchObject({ end_reason: null, sweep_at: T0 + RUN_LEASE_MS });
     await alarmsUntil(key, T0 + RUN_LEASE_MS);
     expect(await sessionRow(run.sessionId)).toMatchObject({ end_reason: "idle", ended_at: T0 + RUN_LEASE_MS });
     expect(await agentApi(`/v1/runs/${run.runId}/heartbeat`, run.token)).toEqual({
       status: 409,
       body: { owns: false, reason: "session_ended" },
     });
+  });
+
+  it("with no reset policy (mode none), a heartbeat moves the next look to the lease's new end, then the silent run is reaped", async () => {
+    useConfig(agentConfig({ SESSION_RESET: JSON.stringify({ mode: "none" }), HOOK_URLS: "" }));
+    services = fakeServices(() => accepted());
+    const chat = unique("chat");
+    const key = genericKey(chat);
+    const run = await acceptedRun(chat);
+    expect(await alarmOf(key)).toBe(T0 + RUN_LEASE_MS);
+    setNow(T0 + 5 * MINUTE);
+    expect((await agentApi(`/v1/runs/${run.runId}/heartbeat`, run.token)).status).toBe(200);
+    setNow(T0 + RUN_LEASE_MS);
+    await runAlarm(key);
+    // Still heard from: the alarm and the sweep look again when the extended lease ends.
+    expect(await alarmOf(key)).toBe(T0 + 5 * MINUTE + RUN_LEASE_MS);
+    expect(await sessionRow(run.sessionId)).toMatchObject({
+      end_reason: null,
+      sweep_at: T0 + 5 * MINUTE + RUN_LEASE_MS,
+    });
+    setNow(T0 + 5 * MINUTE + RUN_LEASE_MS);
+    await runAlarm(key);
+    expect(await sessionRow(run.sessionId)).toMatchObject({ end_reason: "orphan_reap" });
   });
 
   it("/new past the deadline still ends the session at once and revokes the run", async () => {

@@ -16,7 +16,9 @@ import { agentConfig, fakeServices, replyWith } from "../agent/support";
 import {
   MINUTE,
   T0,
+  alarmAfterRestart,
   endOtherwiseBySql,
+  eventsOf,
   genericKey,
   messagesOf,
   restoreClock,
@@ -161,4 +163,22 @@ it("a newer session of the key written just before a fresh session's insert: the
     [newer, null],
   ]);
   expect(await userTexts(newer)).toEqual(["after a while"]);
+});
+
+it("a durable end written by SQL before the deadline is found by the next look (a restart's alarm): ended and finalized at once", async () => {
+  const chat = unique("chat");
+  const key = genericKey(chat);
+  const sessionId = await answered(chat);
+  setNow(T0 + MINUTE);
+  await env.DB.prepare(`UPDATE sessions SET end_reason = 'admin', ended_at = ? WHERE id = ?`)
+    .bind(T0 + MINUTE, sessionId)
+    .run();
+  // A fresh instance knows no deadline, so its alarm reads the row, 59 minutes before the old deadline.
+  await alarmAfterRestart(key);
+  expect((await eventsOf(sessionId)).map((e) => e.type)).toEqual([
+    "session.started",
+    "session.ended",
+    "session.finalized",
+  ]);
+  expect(await sessionRow(sessionId)).toMatchObject({ end_reason: "admin", sweep_at: null });
 });

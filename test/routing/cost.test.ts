@@ -6,7 +6,7 @@
 import { afterEach, beforeEach, expect, it } from "vitest";
 import { injectD1Fault } from "../../src/db/client";
 import { metrics, resetMetrics } from "../../src/metrics";
-import { T0, genericKey, restoreClock, runAlarm, send, setNow, unique, useConfig } from "../helpers";
+import { T0, alarmAfterRestart, genericKey, restoreClock, runAlarm, send, setNow, unique, useConfig } from "../helpers";
 import { agentConfig, fakeServices, replyWith } from "../agent/support";
 
 beforeEach(() => setNow(T0));
@@ -165,4 +165,35 @@ it("a hand-off to an external agent on a platform without typing costs the objec
   } finally {
     services.restore();
   }
+});
+
+it("a restarted object's alarm before the deadline reads its session and writes nothing to D1", async () => {
+  const chat = unique("chat");
+  const key = genericKey(chat);
+  await send({ chat_id: chat, text: "first" });
+  await runAlarm(key);
+  resetMetrics();
+  // A fresh instance does not know the deadline: it reads the row, finds it not due, and leaves sweep_at as it is.
+  const batches: string[][] = [];
+  injectD1Fault({ match: (sql) => (batches.push([...sql]), false), times: Infinity });
+  await alarmAfterRestart(key);
+  injectD1Fault(null);
+  // Two reads (the row, then its open runs for the lease), and no statement that writes.
+  expect(batches.map((sql) => sql.map((s) => s.split(" ")[0]!.toUpperCase()))).toEqual([["SELECT"], ["SELECT"]]);
+  expect(metrics.d1_rows_written).toBe(0);
+});
+
+it("with no reset policy, the alarm that answers a steady message reads no session row (it knows there is no deadline)", async () => {
+  useConfig({ SESSION_RESET: JSON.stringify({ mode: "none" }) });
+  const chat = unique("chat");
+  const key = genericKey(chat);
+  await send({ chat_id: chat, text: "first" });
+  await runAlarm(key);
+  await send({ chat_id: chat, text: "steady" });
+  const batches: string[][] = [];
+  injectD1Fault({ match: (sql) => (batches.push([...sql]), false), times: Infinity });
+  await runAlarm(key);
+  injectD1Fault(null);
+  // Only the turn's own batch: no read of the session for its deadline.
+  expect(batches.map((sql) => sql.length)).toEqual([3]);
 });

@@ -8,7 +8,15 @@
 import { afterEach, beforeEach, expect, it } from "vitest";
 import { injectD1Fault } from "../../src/db/client";
 import { RUN_LEASE_MS } from "../../src/domain/turn-hold";
-import { accepted, agentApi, agentConfig, dispatchedThrough, fakeServices, replyWith } from "../agent/support";
+import {
+  AGENT_TOKEN,
+  accepted,
+  agentApi,
+  agentConfig,
+  dispatchedThrough,
+  fakeServices,
+  replyWith,
+} from "../agent/support";
 import {
   MINUTE,
   T0,
@@ -110,5 +118,21 @@ it("a run accepted (202) that falls silent past its lease is reaped: orphan_reap
   expect(await alarmOf(key)).toBe(T0 + RUN_LEASE_MS);
   setNow(T0 + RUN_LEASE_MS);
   expect(await counted(() => runAlarm(key))).toEqual({ orphan_reap: 1 });
-  expect(await sessionRow(run.sessionId)).toMatchObject({ end_reason: "orphan_reap" });
+  // A reaped row stays recoverable until its policy deadline (60 idle minutes), when it is promoted for good.
+  expect(await sessionRow(run.sessionId)).toMatchObject({ end_reason: "orphan_reap", sweep_at: T0 + 60 * MINUTE + 1 });
+  setNow(T0 + 60 * MINUTE + 1);
+  expect(await counted(() => runAlarm(key))).toEqual({ idle: 1 });
+  expect(await sessionRow(run.sessionId)).toMatchObject({ end_reason: "idle", sweep_at: null });
+});
+
+it("a scheduled job's run accepted (202) that falls silent ends as cron_complete once, with nothing left to look at", async () => {
+  answer = accepted;
+  const job = await agentApi(`/v1/cron/runs`, AGENT_TOKEN, { job_id: "nightly", text: "summarise the day" });
+  const { session_id, session_key } = job.body;
+  await runAlarm(session_key);
+  expect(await alarmOf(session_key)).toBe(T0 + RUN_LEASE_MS);
+  setNow(T0 + RUN_LEASE_MS);
+  expect(await counted(() => runAlarm(session_key))).toEqual({ cron_complete: 1 });
+  expect(await sessionRow(session_id)).toMatchObject({ end_reason: "cron_complete", sweep_at: null });
+  expect(await alarmOf(session_key)).toBeNull();
 });
