@@ -200,6 +200,8 @@ describe("a session the agent ended (recoverable), replaced by /new within its p
     await runAlarm(key);
     expect(await types()).toContain("session.finalized");
     expect(await sessionRow(first.body.session_id)).toMatchObject({ end_reason: "idle" });
+    // Its check is done: nothing is left to wake the key for it.
+    expect((await router(key).outbox()).filter((item) => item.kind === "check")).toEqual([]);
   });
 });
 
