@@ -6,7 +6,7 @@
  * dispatches it.
  */
 import { describe, expect, it } from "vitest";
-import { T0, alarmOf, genericKey, router, runAlarm, send, setNow, unique, useConfig } from "../helpers";
+import { T0, alarmOf, genericKey, router, runAlarm, send, sessionRow, setNow, unique, useConfig } from "../helpers";
 import { accepted, replyWith } from "../agent/support";
 import { type FakeServices, overlapHooks, overlapConfig, carriedBy } from "./overlap-support";
 
@@ -78,5 +78,28 @@ describe("debounce_ms (concurrent)", () => {
     await runAlarm(key);
     await router(key).drained();
     expect(callTexts()).toEqual([["a", "b"], ["c"]]);
+  });
+});
+
+describe("debounce_ms past the session's deadline", () => {
+  it("a message that waits for its window does not hold the expired session open for itself: it starts a fresh one", async () => {
+    useConfig(debounce("queue"));
+    services = fake(() => replyWith("ok"));
+    const chat = unique("chat");
+    const key = genericKey(chat);
+    const first = await send({ chat_id: chat, text: "so" });
+    setNow(T0 + 1500);
+    await runAlarm(key);
+    await router(key).drained();
+    // Idle for longer than the test config's 60 minutes since the reply.
+    setNow(T0 + 1500 + 61 * 60_000);
+    const later = await send({ chat_id: chat, text: "a new day" });
+    expect(later.body.session_id).not.toBe(first.body.session_id);
+    expect(await sessionRow(first.body.session_id)).toMatchObject({ end_reason: "idle" });
+    setNow(T0 + 3000 + 61 * 60_000);
+    await runAlarm(key);
+    await router(key).drained();
+    expect(callTexts()).toEqual([["so"], ["a new day"]]);
+    expect(services.agentCalls()[1]!.json.session).toMatchObject({ id: later.body.session_id, is_new: true });
   });
 });
