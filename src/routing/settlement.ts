@@ -97,7 +97,9 @@ export class Settlement {
     // Expiry waits for the turn in progress (invariant 6): look again when it is over.
     const held = expired && reason === null ? await this.leaseOf(row, now) : null;
     if (held?.held) {
-      const next = held.until ?? this.outboxRunDue(row.id) ?? now + 1;
+      // Held by a lease, a hand-off, or messages waiting for their run (a debounce
+      // window's end): look again then, not at once and over and over.
+      const next = held.until ?? this.outboxRunDue(row.id) ?? this.queue.dueAt(now) ?? now + 1;
       if (row.sweepAt !== next) await db.batch(setSweepAt(row.id, next));
       return next;
     }

@@ -103,3 +103,39 @@ describe("debounce_ms past the session's deadline", () => {
     expect(services.agentCalls()[1]!.json.session).toMatchObject({ id: later.body.session_id, is_new: true });
   });
 });
+
+describe("debounce_ms across a daily boundary", () => {
+  it("a message acknowledged before the boundary, still in its window, holds the session: the alarm comes back at the window's end and its run goes there", async () => {
+    // T0 is 12:00 UTC; the boundary is 13:00 UTC.
+    const daily = JSON.stringify({ mode: "daily", at_hour: 13, at_minute: 0, timezone: "UTC" });
+    useConfig(overlapConfig({ SESSION_RESET: daily, OVERLAP: JSON.stringify({ mode: "queue", debounce_ms: 1500 }) }));
+    services = fake(() => replyWith("ok"));
+    const chat = unique("chat");
+    const key = genericKey(chat);
+    const first = await send({ chat_id: chat, text: "morning" });
+    setNow(T0 + 1500);
+    await runAlarm(key);
+    await router(key).drained();
+    const HOUR = 3_600_000;
+    setNow(T0 + HOUR - 1000);
+    await send({ chat_id: chat, text: "just before one" });
+    // The boundary passes while the message waits for its window: the alarm does not end the
+    // session under it, and comes back at the window's end (not every millisecond until then).
+    const alarms: number[] = [];
+    for (let i = 0; i < 10; i++) {
+      const at = await alarmOf(key);
+      if (at === null || at > T0 + HOUR + 500) break;
+      alarms.push(at - T0);
+      setNow(at);
+      await runAlarm(key);
+      await router(key).drained();
+    }
+    expect(alarms.filter((at) => at >= HOUR - 1000)).toEqual([HOUR, HOUR + 500]);
+    expect(callTexts()).toEqual([["morning"], ["just before one"]]);
+    expect(services.agentCalls()[1]!.json.session.id).toBe(first.body.session_id);
+    // Its reply came after the boundary: the session lives to the next one (as a hand-off
+    // retried across the boundary does).
+    await runAlarm(key);
+    expect(await sessionRow(first.body.session_id)).toMatchObject({ end_reason: null });
+  });
+});
