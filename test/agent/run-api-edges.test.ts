@@ -2,7 +2,8 @@
  * The run API at its edges, as an agent and an operator see them: a run whose
  * session row an operator removed by hand, a reply recorded before a kill that
  * left it unsent, a run that closed its own session, progress around its run's
- * lease and when it cannot be delivered, and what a rotation leaves behind.
+ * lease and when it cannot be delivered, what a rotation leaves behind, and an agent
+ * that answers a run twice (through the API and in its response).
  */
 import { env } from "cloudflare:workers";
 import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
@@ -11,6 +12,7 @@ import { RUN_LEASE_MS } from "../../src/domain/turn-hold";
 import { metrics } from "../../src/metrics";
 import {
   MINUTE,
+  alarmOf,
   captureFetch,
   T0,
   genericKey,
@@ -275,5 +277,32 @@ describe("sessions one after another", () => {
     const continuation = await sessionRow(rotated.body.session_id);
     expect(continuation!.id).toMatch(/^ses_/);
     expect(continuation!.started_at).toBeGreaterThan((await sessionRow(run.sessionId))!.started_at);
+  });
+});
+
+describe("an agent that replies through the run API, then in its response as well", () => {
+  it("is heard once: one reply delivered, and the session's idle deadline counts from the reply recorded", async () => {
+    services.restore();
+    services = fakeServices(async (request) => {
+      setNow(T0 + 5 * MINUTE);
+      const { run_id, run_token } = request.json;
+      expect(await agentApi(`/v1/runs/${run_id}/reply`, run_token, { text: "answer" })).toMatchObject({ status: 200 });
+      // The response comes back a quarter of an hour later, carrying the reply again.
+      setNow(T0 + 20 * MINUTE);
+      return replyWith("answer, again");
+    });
+    const chat = unique("chat");
+    const key = genericKey(chat);
+    const sent = await send({ chat_id: chat, text: "question" });
+    await runAlarm(key);
+    await router(key).drained();
+    // The API's reply was staged while the hand-off was in flight: the next alarm sends it.
+    await runAlarm(key);
+    await router(key).drained();
+    expect(services.replies().map((reply) => reply.text)).toEqual(["answer"]);
+    const row = await sessionRow(sent.body.session_id);
+    expect(row).toMatchObject({ end_reason: null, last_active_at: T0 + 5 * MINUTE });
+    // The alarm is set for the deadline of the reply D1 recorded, not the second one's.
+    expect(await alarmOf(key)).toBe(T0 + 65 * MINUTE + 1);
   });
 });
