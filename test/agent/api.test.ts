@@ -4,12 +4,13 @@
  * run's token 403, unknown ids 404, and none of them change anything.
  */
 import { env, exports } from "cloudflare:workers";
-import { afterEach, beforeEach, describe, expect, it } from "vitest";
+import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
 import {
   ADMIN_TOKEN,
   BASE,
   T0,
   adminFetch,
+  alarmAfterRestart,
   eventsOf,
   genericKey,
   messagesOf,
@@ -24,6 +25,7 @@ import {
 } from "../helpers";
 import { injectD1Fault } from "../../src/db/client";
 import { COMMAND_REPLIES } from "../../src/domain/commands";
+import { RUN_LEASE_MS } from "../../src/domain/turn-hold";
 import {
   AGENT_TOKEN,
   accepted,
@@ -43,6 +45,8 @@ beforeEach(() => {
   services = fakeServices(() => accepted());
 });
 afterEach(() => {
+  injectD1Fault(null);
+  vi.restoreAllMocks();
   services.restore();
   restoreClock();
   useConfig(null);
@@ -408,6 +412,41 @@ describe("scheduled jobs", () => {
     expect(services.agentCalls()).toHaveLength(1);
     const run = await env.DB.prepare(`SELECT failed_at FROM runs WHERE id = ?`).bind(run_id).first<any>();
     expect(run.failed_at).toBe(T0);
+    expect(await sessionRow(session_id)).toMatchObject({ end_reason: "cron_complete" });
+    expect((await eventsOf(session_id)).filter((e) => e.type === "session.finalized")).toHaveLength(1);
+  });
+
+  it("an accepted job's session is held by its run: a fresh instance's alarm does not end it while the lease runs", async () => {
+    services.restore();
+    services = fakeServices(() => accepted());
+    const response = await agentApi(`/v1/cron/runs`, AGENT_TOKEN, { job_id: "slow", text: "take your time" });
+    const { session_id, session_key } = response.body;
+    await runAlarm(session_key);
+    const { run_id, run_token } = services.agentCalls()[0]!.json;
+    setNow(T0 + 60_000);
+    await alarmAfterRestart(session_key);
+    expect(await sessionRow(session_id)).toMatchObject({ end_reason: null });
+    expect(await agentApi(`/v1/runs/${run_id}/reply`, run_token, { text: "done" })).toMatchObject({ status: 200 });
+    expect(await sessionRow(session_id)).toMatchObject({ end_reason: "cron_complete" });
+  });
+
+  it("a job whose reply D1 recorded, the object killed before it ended the session, still ends as cron_complete", async () => {
+    services.restore();
+    services = fakeServices(() => accepted());
+    const response = await agentApi(`/v1/cron/runs`, AGENT_TOKEN, { job_id: "killed", text: "do it" });
+    const { session_id, session_key } = response.body;
+    await runAlarm(session_key);
+    const { run_id, run_token } = services.agentCalls()[0]!.json;
+    // The reply's batch commits; the object dies before it ends the job's session.
+    injectD1Fault({ afterCommit: true, match: (sql) => sql.some((s) => s.includes("UPDATE runs SET finished_at")) });
+    vi.spyOn(console, "error").mockImplementation(() => undefined);
+    expect((await agentApi(`/v1/runs/${run_id}/reply`, run_token, { text: "done" })).status).toBeGreaterThanOrEqual(
+      500,
+    );
+    expect(await sessionRow(session_id)).toMatchObject({ end_reason: null });
+    // The job has no run left: the next look (at the run's lease end) finds it over.
+    setNow(T0 + RUN_LEASE_MS + 1);
+    await runAlarm(session_key);
     expect(await sessionRow(session_id)).toMatchObject({ end_reason: "cron_complete" });
     expect((await eventsOf(session_id)).filter((e) => e.type === "session.finalized")).toHaveLength(1);
   });

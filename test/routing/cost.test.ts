@@ -7,7 +7,7 @@ import { afterEach, beforeEach, expect, it } from "vitest";
 import { injectD1Fault } from "../../src/db/client";
 import { metrics, resetMetrics } from "../../src/metrics";
 import { T0, alarmAfterRestart, genericKey, restoreClock, runAlarm, send, setNow, unique, useConfig } from "../helpers";
-import { agentConfig, fakeServices, replyWith } from "../agent/support";
+import { accepted, agentApi, agentConfig, fakeServices, replyWith } from "../agent/support";
 
 beforeEach(() => setNow(T0));
 
@@ -196,4 +196,63 @@ it("with no reset policy, the alarm that answers a steady message reads no sessi
   injectD1Fault(null);
   // Only the turn's own batch: no read of the session for its deadline.
   expect(batches.map((sql) => sql.length)).toEqual([3]);
+});
+
+it("a restarted object's alarm past the deadline, the accepted run still holding the session, writes nothing to D1", async () => {
+  useConfig(agentConfig({ SESSION_RESET: JSON.stringify({ mode: "idle", idle_minutes: 5 }) }));
+  const services = fakeServices(() => accepted());
+  try {
+    const chat = unique("chat");
+    const key = genericKey(chat);
+    await send({ chat_id: chat, text: "first" });
+    await runAlarm(key);
+    // Past the idle deadline: the alarm finds the lease holding and notes its end as the next look.
+    setNow(T0 + 5 * 60_000 + 1);
+    await runAlarm(key);
+    setNow(T0 + 6 * 60_000);
+    resetMetrics();
+    const batches: string[][] = [];
+    injectD1Fault({ match: (sql) => (batches.push([...sql]), false), times: Infinity });
+    await alarmAfterRestart(key);
+    injectD1Fault(null);
+    // It reads what it needs to know (the row, its open runs), and the next look is already noted.
+    expect(batches.flat().every((sql) => sql.trimStart().toUpperCase().startsWith("SELECT"))).toBe(true);
+    expect(batches.length).toBeGreaterThan(0);
+    expect(metrics.d1_rows_written).toBe(0);
+  } finally {
+    injectD1Fault(null);
+    services.restore();
+  }
+});
+
+it("the alarm over a session the agent closed reads its row alone, before its deadline and when it ends it", async () => {
+  useConfig(agentConfig({ SESSION_RESET: JSON.stringify({ mode: "idle", idle_minutes: 5 }) }));
+  const services = fakeServices(() => accepted());
+  try {
+    const chat = unique("chat");
+    const key = genericKey(chat);
+    const sent = await send({ chat_id: chat, text: "first" });
+    await runAlarm(key);
+    const { run_token } = services.agentCalls()[0]!.json;
+    const closed = await agentApi(`/v1/sessions/${sent.body.session_id}/end`, run_token, { reason: "agent_close" });
+    expect(closed.status).toBe(200);
+    const shapes: string[][] = [];
+    injectD1Fault({
+      match: (sql) => (shapes.push(sql.map((s) => s.trimStart().split(/\s/)[0]!.toUpperCase())), false),
+      times: Infinity,
+    });
+    // A closed session holds no run: there is no lease to read, only its deadline.
+    setNow(T0 + 60_000);
+    await alarmAfterRestart(key);
+    const before = shapes.splice(0);
+    setNow(T0 + 5 * 60_000 + 1);
+    await alarmAfterRestart(key);
+    injectD1Fault(null);
+    expect(before).toEqual([["SELECT"]]);
+    // Past it: the row, then the batch that ends it for good (no read of its runs between).
+    expect(shapes).toEqual([["SELECT"], ["UPDATE", "UPDATE", "UPDATE", "UPDATE", "INSERT", "INSERT"]]);
+  } finally {
+    injectD1Fault(null);
+    services.restore();
+  }
 });

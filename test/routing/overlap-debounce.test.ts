@@ -139,3 +139,24 @@ describe("debounce_ms across a daily boundary", () => {
     expect(await sessionRow(first.body.session_id)).toMatchObject({ end_reason: null });
   });
 });
+
+describe("debounce_ms: a second message after the boundary, the first still in its window", () => {
+  it("joins the session the first message holds open: both go in one run there, and no session ends under them", async () => {
+    const daily = JSON.stringify({ mode: "daily", at_hour: 13, at_minute: 0, timezone: "UTC" });
+    useConfig(overlapConfig({ SESSION_RESET: daily, OVERLAP: JSON.stringify({ mode: "queue", debounce_ms: 1500 }) }));
+    services = fake(() => replyWith("ok"));
+    const chat = unique("chat");
+    const key = genericKey(chat);
+    const HOUR = 3_600_000;
+    setNow(T0 + HOUR - 1000);
+    const first = await send({ chat_id: chat, text: "just before one" });
+    setNow(T0 + HOUR + 200);
+    const second = await send({ chat_id: chat, text: "and after" });
+    expect(second.body.session_id).toBe(first.body.session_id);
+    setNow(T0 + HOUR + 1700);
+    await runAlarm(key);
+    await router(key).drained();
+    expect(callTexts()).toEqual([["just before one", "and after"]]);
+    expect(await sessionRow(first.body.session_id)).toMatchObject({ end_reason: null });
+  });
+});

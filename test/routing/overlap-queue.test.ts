@@ -12,6 +12,7 @@ import {
   MINUTE,
   T0,
   adminFetch,
+  alarmAfterRestart,
   alarmOf,
   genericKey,
   messagesOf,
@@ -497,6 +498,27 @@ describe("waiting messages survive a restart of the routing object", () => {
       ["two", ["two", "three"], null],
       ["three", ["two", "three"], null],
     ]);
+  });
+
+  it("a message waiting behind an accepted run, its lease still running: a fresh instance's alarm leaves the session and the run as they are", async () => {
+    services = fake(() => accepted());
+    const chat = unique("chat");
+    const { key, sessionId, run } = await firstHandedOver(services, chat);
+    setNow(T0 + MINUTE);
+    await send({ chat_id: chat, text: "two" });
+    // The fresh instance knows no deadline: it reads the row, within its policy, held by the run.
+    setNow(T0 + 2 * MINUTE);
+    await alarmAfterRestart(key);
+    expect(await sessionRow(sessionId)).toMatchObject({ end_reason: null });
+    expect(callTexts()).toEqual([["one"]]);
+    expect(await agentApi(`/v1/runs/${run.run_id}/heartbeat`, run.run_token)).toEqual({
+      status: 200,
+      body: { owns: true },
+    });
+    expect((await agentApi(`/v1/runs/${run.run_id}/reply`, run.run_token, { text: "to one" })).status).toBe(200);
+    await router(key).drained();
+    await runAlarm(key);
+    expect(callTexts()).toEqual([["one"], ["two"]]);
   });
 
   it("a run staged for waiting messages before the restart is handed over by the fresh instance", async () => {
