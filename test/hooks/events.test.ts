@@ -15,10 +15,12 @@ import {
   MINUTE,
   T0,
   adminFetch,
+  alarmOf,
   captureFetch,
   eventsOf,
   genericKey,
   restoreClock,
+  router,
   runAlarm,
   send,
   sessionRow,
@@ -235,6 +237,8 @@ describe("retries", () => {
     await runAlarm(key); // attempt 1 at T0: 500
     expect(calls).toHaveLength(1);
     expect(await eventRow(eventId)).toMatchObject({ status: "pending", attempts: 1, next_attempt_at: T0 + 1_000 });
+    // The alarm comes back for the retry, not before.
+    expect(await alarmOf(key)).toBe(T0 + 1_000);
 
     setNow(T0 + 999); // not due yet: nothing is sent
     await runAlarm(key);
@@ -255,6 +259,9 @@ describe("retries", () => {
     expect(new Set(calls.map((c) => c.body)).size).toBe(1);
     expect(calls[2]!.headers["x-sessiongate-signature"]).toBe(`sha256=${await hmacHex(SECRET, calls[2]!.body)}`);
     expect(await eventRow(eventId)).toMatchObject({ status: "sent", attempts: 3, next_attempt_at: null });
+    // Nothing is owed any more: the object keeps no events work, and its alarm waits for the session's deadline.
+    expect((await router(key).outbox()).map((item) => item.kind)).toEqual([]);
+    expect(await alarmOf(key)).toBe(T0 + 60 * MINUTE + 1);
 
     // Nothing more: later alarms and the sweep leave a sent event alone.
     setNow(T0 + 10 * MINUTE);

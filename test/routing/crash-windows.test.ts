@@ -12,12 +12,14 @@
  */
 import { runInDurableObject } from "cloudflare:test";
 import { env } from "cloudflare:workers";
-import { afterEach, beforeEach, describe, expect, it } from "vitest";
+import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
 import { injectD1Fault } from "../../src/db/client";
 import {
   T0,
   adminFetch,
+  alarmAfterRestart,
   genericKey,
+  loggedLines,
   messagesOf,
   restoreClock,
   router,
@@ -41,6 +43,7 @@ afterEach(() => {
   injectD1Fault(null);
   services?.restore();
   services = null;
+  vi.restoreAllMocks();
   restoreClock();
   useConfig(null);
 });
@@ -382,9 +385,12 @@ describe("an answer staged before a batch D1 never stored (a kill between them)"
       const chat = unique("chat");
       const key = genericKey(chat);
       const deliveryId = await stageOrphanAnswer(key, chat, work);
+      const errors = vi.spyOn(console, "error");
       await runAlarm(key);
       expect(services.replies().map((r) => r.text)).toEqual(["answered"]);
       expect((await router(key).outbox()).map((item) => item.id)).not.toContain(deliveryId);
+      // Dropped as owed no more, not as an item that failed.
+      expect(loggedLines(errors, "outbox item failed")).toEqual([]);
     });
   }
 });
@@ -439,6 +445,34 @@ describe("a batch that committed, its answer lost (the object lives on)", () => 
     await router(key).drained();
     const answers = services!.replies().filter((r) => r.text === COMMAND_REPLIES.started);
     expect(answers).toHaveLength(1);
+    expect(await router(key).outbox()).toEqual([]);
+  });
+});
+
+describe("a delivery sent and recorded, the object killed before it forgot the item", () => {
+  it("a command's answer: a fresh instance asks D1, finds it sent, and does not send it again", async () => {
+    useConfig(agentConfig({ HOOK_URLS: "" }));
+    services = fakeServices(() => replyWith("answered"));
+    const chat = unique("chat");
+    const key = genericKey(chat);
+    await send({ chat_id: chat, text: "one" });
+    await runAlarm(key);
+    await router(key).drained();
+    // The chat took the answer and D1 recorded it as sent; the object died right after.
+    const fault = injectD1Fault({ afterCommit: true, match: has("UPDATE deliveries SET status") });
+    vi.spyOn(console, "error").mockImplementation(() => undefined);
+    await send({ chat_id: chat, text: "/new" });
+    await runAlarm(key);
+    await router(key).drained();
+    expect(fault.hits()).toBe(1);
+    const started = () => services!.replies().filter((r) => r.text === COMMAND_REPLIES.started);
+    expect(started()).toHaveLength(1);
+    const [item] = await router(key).outbox();
+    expect(item).toMatchObject({ kind: "delivery" });
+    // A new instance remembers nothing: D1 says the answer went out, so it is not sent twice.
+    setNow(item!.dueAt);
+    await alarmAfterRestart(key);
+    expect(started()).toHaveLength(1);
     expect(await router(key).outbox()).toEqual([]);
   });
 });
