@@ -4,10 +4,11 @@
  * the run API, and replies of revoked runs that must never reach the chat.
  */
 import { env } from "cloudflare:workers";
-import { afterEach, beforeEach, describe, expect, it } from "vitest";
+import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
 import {
   HOUR,
   T0,
+  captureFetch,
   genericKey,
   messagesOf,
   restoreClock,
@@ -18,7 +19,18 @@ import {
   unique,
   useConfig,
 } from "../helpers";
-import { AGENT_TOKEN, accepted, agentApi, agentConfig, CONCURRENT, fakeServices, replyWith } from "./support";
+import { injectD1Fault } from "../../src/db/client";
+import {
+  AGENT_TOKEN,
+  AGENT_URL,
+  REPLY_URL,
+  accepted,
+  agentApi,
+  agentConfig,
+  CONCURRENT,
+  fakeServices,
+  replyWith,
+} from "./support";
 
 let services: ReturnType<typeof fakeServices>;
 
@@ -27,7 +39,9 @@ beforeEach(() => {
   useConfig(agentConfig());
 });
 afterEach(() => {
+  injectD1Fault(null);
   services?.restore();
+  vi.restoreAllMocks();
   restoreClock();
   useConfig(null);
 });
@@ -224,6 +238,52 @@ describe("replies later through the run API (202)", () => {
       ["re: yesterday", null],
       ["re: one", "idle"],
       ["re: two", null],
+    ]);
+  });
+
+  it("after a reset, a run API reply whose answer was lost, then refused by the chat at first, still carries the notice when it is retried", async () => {
+    let refuseNext = false;
+    const captured = captureFetch((request) => {
+      if (request.url === AGENT_URL) return accepted();
+      if (request.url === REPLY_URL && refuseNext) {
+        refuseNext = false;
+        return new Response("unavailable", { status: 503 });
+      }
+      return new Response("ok");
+    });
+    services = {
+      ...captured,
+      agentCalls: () => captured.calls.filter((c) => c.url === AGENT_URL),
+      replies: () => captured.calls.filter((c) => c.url === REPLY_URL).map((c) => c.json),
+    };
+    const chat = unique("chat");
+    const key = genericKey(chat);
+    const reply = async (text: string) => {
+      await runAlarm(key);
+      const { run_id, run_token } = services.agentCalls().at(-1)!.json;
+      return agentApi(`/v1/runs/${run_id}/reply`, run_token, { text });
+    };
+    await send({ chat_id: chat, text: "yesterday" });
+    expect((await reply("re: yesterday")).status).toBe(200);
+    await runAlarm(key);
+    // Idle past the policy: the fresh session owes the notice.
+    setNow(T0 + 2 * HOUR);
+    await send({ chat_id: chat, text: "one" });
+    // D1 records the reply, and its answer is lost: the object knows only what it staged (no notice).
+    injectD1Fault({ afterCommit: true, match: (sql) => sql.some((q) => q.includes("UPDATE runs SET finished_at")) });
+    vi.spyOn(console, "error").mockImplementation(() => undefined);
+    expect((await reply("re: one")).status).toBeGreaterThanOrEqual(500);
+    // The first attempt sends D1's row (with the notice), and the chat refuses it.
+    refuseNext = true;
+    await runAlarm(key);
+    const [item] = await router(key).outbox();
+    expect(item).toMatchObject({ kind: "delivery", attempts: 1 });
+    setNow(item!.dueAt);
+    await runAlarm(key);
+    expect(services.replies().map((r) => [r.text, r.notice ?? null])).toEqual([
+      ["re: yesterday", null],
+      ["re: one", "idle"],
+      ["re: one", "idle"],
     ]);
   });
 
