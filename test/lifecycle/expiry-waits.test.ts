@@ -10,6 +10,7 @@ import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
 import {
   MINUTE,
   T0,
+  alarmAfterRestart,
   alarmOf,
   eventsOf,
   genericKey,
@@ -23,6 +24,7 @@ import {
   unique,
   useConfig,
 } from "../helpers";
+import { injectD1Fault } from "../../src/db/client";
 import { RUN_LEASE_MS } from "../../src/domain/turn-hold";
 import { accepted, agentApi, agentConfig, fakeServices, replyWith } from "../agent/support";
 
@@ -31,7 +33,9 @@ let services: ReturnType<typeof fakeServices>;
 
 beforeEach(() => setNow(T0));
 afterEach(() => {
+  injectD1Fault(null);
   services?.restore();
+  vi.restoreAllMocks();
   restoreClock();
   useConfig(null);
 });
@@ -177,6 +181,29 @@ describe("a run accepted with 202", () => {
     expect((await messagesOf(run.sessionId)).map((m) => m.text)).toEqual(["take your time", "done"]);
     await alarmsUntil(key, T0 + 10 * MINUTE);
     expect(await sessionRow(run.sessionId)).toMatchObject({ end_reason: "idle", ended_at: T0 + 5 * MINUTE + 1 });
+  });
+
+  it("accepted in an alarm whose look at the session failed (D1): the session's next look is still the lease's end", async () => {
+    useConfig(agentConfig({ HOOK_URLS: "" }));
+    let answer = () => new Response("unavailable", { status: 503 });
+    services = fakeServices(() => answer());
+    const chat = unique("chat");
+    const key = genericKey(chat);
+    const sent = await send({ chat_id: chat, text: "take your time" });
+    await runAlarm(key);
+    expect(services.agentCalls()).toHaveLength(1);
+    const retryAt = (await alarmOf(key))!;
+    // A fresh instance knows no deadline; its read of the session fails, and the pass goes on to the hand-off.
+    answer = () => accepted();
+    setNow(retryAt);
+    vi.spyOn(console, "error").mockImplementation(() => undefined);
+    injectD1Fault({ match: () => true });
+    await alarmAfterRestart(key);
+    expect(services.agentCalls()).toHaveLength(2);
+    expect(await sessionRow(sent.body.session_id)).toMatchObject({
+      end_reason: null,
+      sweep_at: retryAt + RUN_LEASE_MS,
+    });
   });
 
   it("that goes silent: the session ends by its policy when the lease runs out, not before", async () => {
