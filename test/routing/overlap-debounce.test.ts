@@ -104,11 +104,17 @@ describe("debounce_ms past the session's deadline", () => {
   });
 });
 
+/** queue mode with a 1.5 s window, and a daily reset at 13:00 UTC (an hour after T0). */
+const dailyAtOne = () =>
+  overlapConfig({
+    SESSION_RESET: JSON.stringify({ mode: "daily", at_hour: 13, at_minute: 0, timezone: "UTC" }),
+    OVERLAP: JSON.stringify({ mode: "queue", debounce_ms: 1500 }),
+  });
+
 describe("debounce_ms across a daily boundary", () => {
   it("a message acknowledged before the boundary, still in its window, holds the session: the alarm comes back at the window's end and its run goes there", async () => {
     // T0 is 12:00 UTC; the boundary is 13:00 UTC.
-    const daily = JSON.stringify({ mode: "daily", at_hour: 13, at_minute: 0, timezone: "UTC" });
-    useConfig(overlapConfig({ SESSION_RESET: daily, OVERLAP: JSON.stringify({ mode: "queue", debounce_ms: 1500 }) }));
+    useConfig(dailyAtOne());
     services = fake(() => replyWith("ok"));
     const chat = unique("chat");
     const key = genericKey(chat);
@@ -142,8 +148,7 @@ describe("debounce_ms across a daily boundary", () => {
 
 describe("debounce_ms: a second message after the boundary, the first still in its window", () => {
   it("joins the session the first message holds open: both go in one run there, and no session ends under them", async () => {
-    const daily = JSON.stringify({ mode: "daily", at_hour: 13, at_minute: 0, timezone: "UTC" });
-    useConfig(overlapConfig({ SESSION_RESET: daily, OVERLAP: JSON.stringify({ mode: "queue", debounce_ms: 1500 }) }));
+    useConfig(dailyAtOne());
     services = fake(() => replyWith("ok"));
     const chat = unique("chat");
     const key = genericKey(chat);
