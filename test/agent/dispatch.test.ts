@@ -8,7 +8,6 @@ import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
 import {
   HOUR,
   T0,
-  captureFetch,
   genericKey,
   messagesOf,
   restoreClock,
@@ -20,17 +19,7 @@ import {
   useConfig,
 } from "../helpers";
 import { injectD1Fault } from "../../src/db/client";
-import {
-  AGENT_TOKEN,
-  AGENT_URL,
-  REPLY_URL,
-  accepted,
-  agentApi,
-  agentConfig,
-  CONCURRENT,
-  fakeServices,
-  replyWith,
-} from "./support";
+import { AGENT_TOKEN, accepted, agentApi, agentConfig, CONCURRENT, fakeServices, replyWith } from "./support";
 
 let services: ReturnType<typeof fakeServices>;
 
@@ -243,19 +232,14 @@ describe("replies later through the run API (202)", () => {
 
   it("after a reset, a run API reply whose answer was lost, then refused by the chat at first, still carries the notice when it is retried", async () => {
     let refuseNext = false;
-    const captured = captureFetch((request) => {
-      if (request.url === AGENT_URL) return accepted();
-      if (request.url === REPLY_URL && refuseNext) {
+    services = fakeServices(
+      () => accepted(),
+      () => {
+        if (!refuseNext) return new Response("ok");
         refuseNext = false;
         return new Response("unavailable", { status: 503 });
-      }
-      return new Response("ok");
-    });
-    services = {
-      ...captured,
-      agentCalls: () => captured.calls.filter((c) => c.url === AGENT_URL),
-      replies: () => captured.calls.filter((c) => c.url === REPLY_URL).map((c) => c.json),
-    };
+      },
+    );
     const chat = unique("chat");
     const key = genericKey(chat);
     const reply = async (text: string) => {

@@ -28,12 +28,15 @@ export function echoConfig(extra: Record<string, string> = {}): Record<string, s
 
 /**
  * Captures outbound calls: the agent answers with `agent(request)`, the reply URL
- * with 200. Anything else fails the test.
+ * with `chat(request)` (200 unless told). Anything else fails the test.
  */
-export function fakeServices(agent: (request: Captured) => Response | Promise<Response>) {
+export function fakeServices(
+  agent: (request: Captured) => Response | Promise<Response>,
+  chat: (request: Captured) => Response = () => new Response("ok"),
+) {
   const captured = captureFetch((request) => {
     if (request.url === AGENT_URL) return agent(request);
-    if (request.url === REPLY_URL) return new Response("ok");
+    if (request.url === REPLY_URL) return chat(request);
     throw new Error(`unexpected outbound request to ${request.url}`);
   });
   return {
