@@ -435,6 +435,24 @@ describe("a batch that committed, its answer lost (the object lives on)", () => 
     expect(handedOver()).toEqual(["one", "two"]);
   });
 
+  it("a new key's first message: its hand-off says is_new for the session D1 stored, as it would have", async () => {
+    useConfig(agentConfig({ HOOK_URLS: "" }));
+    services = fakeServices(() => replyWith("answered"));
+    const chat = unique("chat");
+    const key = genericKey(chat);
+    const fault = injectD1Fault({ afterCommit: true, match: has("INSERT INTO sessions") });
+    const lost = await send({ chat_id: chat, text: "one" });
+    expect(fault.hits()).toBe(1);
+    expect(lost.status).toBeGreaterThanOrEqual(500);
+    const [row] = await sessionsOfKey(key);
+    await runAlarm(key);
+    await router(key).drained();
+    const calls = services!.agentCalls().map((c) => c.json);
+    expect(calls).toHaveLength(1);
+    expect(calls[0].session).toEqual({ id: row!.id, key, is_new: true, parent_id: null });
+    expect(calls[0].reset).toBeNull();
+  });
+
   it("a command: /new's answer is sent once, and the resend answers nothing more", async () => {
     const { chat, key, eventId } = await answeredThenLost("INSERT INTO deliveries", "/new");
     const rows = await sessionsOfKey(key);
