@@ -1,17 +1,27 @@
 /**
- * Rows an operator deleted by SQL (spec "The D1 contract": the tables are part of
- * the contract) under a routing object that is using them: a session row deleted
- * while the agent answers its run, or between the object's read and its batch (as
- * `another-writer.test.ts` slips writes in, through `injectD1Fault`'s `before`).
- * Each time the caller gets the spec's answer (404 with the error shape for a row
- * that is gone, 409 for a reply with nowhere to land), nothing reaches the chat, and
- * the object does not fail over the missing row.
+ * Rows an operator deleted or edited by SQL (spec "The D1 contract": the tables are
+ * part of the contract) under a routing object that is using them: a session row
+ * deleted while the agent answers its run, or between the object's read and its
+ * batch (as `another-writer.test.ts` slips writes in, through `injectD1Fault`'s
+ * `before`), and a delivery row whose platform was changed to one the gateway has no
+ * sender for. Each time the caller gets the spec's answer (404 with the error shape
+ * for a row that is gone, 409 for a reply with nowhere to land), nothing reaches the
+ * chat, the object does not fail over the missing row, and a delivery it cannot make
+ * is dead-lettered where the operator sees why.
  */
 import { env } from "cloudflare:workers";
 import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
 import { injectD1Fault } from "../../src/db/client";
 import { SWEEP_GRACE_MS, sweep } from "../../src/sweep";
-import { accepted, agentApi, agentConfig, dispatchedThrough, fakeServices, replyWith } from "../agent/support";
+import {
+  REPLY_URL,
+  accepted,
+  agentApi,
+  agentConfig,
+  dispatchedThrough,
+  fakeServices,
+  replyWith,
+} from "../agent/support";
 import {
   HOUR,
   MINUTE,
@@ -49,6 +59,7 @@ const deleteSession = (sessionId: string) => (db: D1Database) =>
 
 const answerOf = async (response: Response) => ({ status: response.status, body: await response.json() });
 const post = (path: string) => adminFetch(path, { method: "POST" });
+const metrics = async () => (await (await adminFetch(`/admin/metrics`)).json()) as any;
 
 describe("a session row deleted by SQL while the agent answers its run", () => {
   it("the reply is dropped without an error: nothing sent, the hand-off not retried, the next message answered afresh", async () => {
@@ -149,5 +160,52 @@ describe("a failed run whose session row was deleted by SQL", () => {
     setNow(T0 + MINUTE);
     await runAlarm(genericKey(chat));
     expect(services.agentCalls()).toHaveLength(1);
+  });
+});
+
+describe("a dead-lettered reply whose platform was changed by SQL to one with no sender", () => {
+  it("the operator's retry fails it at once, not retried, with the reason in its row, counted and logged", async () => {
+    services.restore();
+    services = fakeServices(
+      () => replyWith("hi"),
+      () => new Response("gone", { status: 410 }),
+    );
+    const warn = vi.spyOn(console, "warn").mockImplementation(() => undefined);
+    const chat = unique("chat");
+    const key = genericKey(chat);
+    const sent = await send({ chat_id: chat, text: "hello" });
+    await runAlarm(key);
+    const view = async () => (await (await adminFetch(`/admin/sessions/${sent.body.session_id}`)).json()) as any;
+    const [dead] = (await view()).deliveries;
+    expect(dead).toMatchObject({ status: "failed", last_status: 410 });
+    await env.DB.prepare(`UPDATE deliveries SET platform = 'pager' WHERE id = ?`).bind(dead.id).run();
+    const before = (await metrics()).deliveries_failed;
+
+    const retried = await post(`/admin/deliveries/${encodeURIComponent(sent.eventId)}/retry`);
+    expect(retried.status).toBe(200);
+    setNow(T0 + MINUTE);
+    await runAlarm(key);
+    await router(key).drained();
+
+    const reason = "no sender for platform pager";
+    expect((await view()).deliveries).toMatchObject([
+      { id: dead.id, platform: "pager", status: "failed", attempts: 1, last_status: null, last_error: reason },
+    ]);
+    expect(services.calls.filter((c) => c.url === REPLY_URL)).toHaveLength(1);
+    expect((await metrics()).deliveries_failed).toBe(before + 1);
+    expect(loggedLines(warn, "reply delivery failed").at(-1)).toMatchObject({
+      delivery_id: dead.id,
+      platform: "pager",
+      attempt: 1,
+      status: null,
+      will_retry: false,
+      error: reason,
+    });
+    // Nothing left owed: a later alarm sends nothing and changes nothing.
+    expect(await router(key).outbox()).toEqual([]);
+    setNow(T0 + HOUR);
+    await runAlarm(key);
+    expect(services.calls.filter((c) => c.url === REPLY_URL)).toHaveLength(1);
+    expect((await view()).deliveries).toMatchObject([{ status: "failed", attempts: 1 }]);
   });
 });
