@@ -1,0 +1,57 @@
+/**
+ * What lands while the routing object is between two steps, as the agent, the user
+ * and the operator see it: a second reply of the same run recorded between the
+ * object's read and its batch (`injectD1Fault`'s `before` runs it on the same D1).
+ */
+import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
+import { Database, injectD1Fault } from "../../src/db/client";
+import { recordReply } from "../../src/db/runs";
+import { MINUTE, T0, genericKey, messagesOf, restoreClock, runAlarm, setNow, unique, useConfig } from "../helpers";
+import { accepted, agentApi, agentConfig, dispatchedThrough, fakeServices } from "./support";
+
+let services: ReturnType<typeof fakeServices>;
+
+beforeEach(() => {
+  setNow(T0);
+  useConfig(agentConfig({ HOOK_URLS: "" }));
+  services = fakeServices(() => accepted());
+});
+afterEach(() => {
+  injectD1Fault(null);
+  vi.restoreAllMocks();
+  services.restore();
+  restoreClock();
+  useConfig(null);
+});
+
+/** The batch that records a run's reply. */
+const recordsAReply = (sql: readonly string[]) => sql.some((s) => s.startsWith("UPDATE runs SET finished_at"));
+
+describe("a second run API reply of the same run, recorded between the first's read and its batch", () => {
+  it("answers 409 finished, and only the reply recorded first is delivered", async () => {
+    const chat = unique("chat");
+    const run = await dispatchedThrough(services, chat, "question");
+    // Another instance records the same run's reply first, by the gateway's own statements.
+    injectD1Fault({
+      match: recordsAReply,
+      before: (db) =>
+        new Database(db, "background").batch(
+          ...recordReply({
+            runId: run.runId,
+            sessionId: run.sessionId,
+            text: "first answer",
+            liveSince: T0 - 60 * MINUTE,
+            held: false,
+            now: T0,
+            deliverable: true,
+            clearNotice: true,
+          }),
+        ),
+    });
+    const second = await agentApi(`/v1/runs/${run.runId}/reply`, run.token, { text: "second answer" });
+    expect(second).toEqual({ status: 409, body: { owns: false, reason: "finished" } });
+    await runAlarm(genericKey(chat));
+    expect(services.replies().map((reply) => reply.text)).toEqual(["first answer"]);
+    expect((await messagesOf(run.sessionId)).map((m) => m.text)).toEqual(["question", "first answer"]);
+  });
+});
