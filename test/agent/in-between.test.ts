@@ -1,13 +1,14 @@
 /**
  * What lands while the routing object is between two steps, as the agent, the user
  * and the operator see it: a second reply of the same run recorded between the
- * object's read and its batch (`injectD1Fault`'s `before` runs it on the same D1).
+ * object's read and its batch (`injectD1Fault`'s `before` runs it on the same D1), and a
+ * reply posted again for a run that finished with nothing to say.
  */
 import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
 import { Database, injectD1Fault } from "../../src/db/client";
 import { recordReply } from "../../src/db/runs";
 import { MINUTE, T0, genericKey, messagesOf, restoreClock, runAlarm, setNow, unique, useConfig } from "../helpers";
-import { accepted, agentApi, agentConfig, dispatchedThrough, fakeServices } from "./support";
+import { accepted, agentApi, agentConfig, dispatchedThrough, fakeServices, replyWith } from "./support";
 
 let services: ReturnType<typeof fakeServices>;
 
@@ -53,5 +54,19 @@ describe("a second run API reply of the same run, recorded between the first's r
     await runAlarm(genericKey(chat));
     expect(services.replies().map((reply) => reply.text)).toEqual(["first answer"]);
     expect((await messagesOf(run.sessionId)).map((m) => m.text)).toEqual(["question", "first answer"]);
+  });
+});
+
+describe("a run that finished with nothing to say (a 200 with a null reply)", () => {
+  it("answers a later run API reply 409 finished, and nothing is sent", async () => {
+    services.restore();
+    services = fakeServices(() => replyWith(null));
+    const chat = unique("chat");
+    const run = await dispatchedThrough(services, chat, "question");
+    const late = await agentApi(`/v1/runs/${run.runId}/reply`, run.token, { text: "after all" });
+    expect(late).toEqual({ status: 409, body: { owns: false, reason: "finished" } });
+    await runAlarm(genericKey(chat));
+    expect(services.replies()).toEqual([]);
+    expect((await messagesOf(run.sessionId)).map((m) => m.text)).toEqual(["question"]);
   });
 });
