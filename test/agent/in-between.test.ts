@@ -1,13 +1,26 @@
 /**
  * What lands while the routing object is between two steps, as the agent, the user
  * and the operator see it: a second reply of the same run recorded between the
- * object's read and its batch (`injectD1Fault`'s `before` runs it on the same D1), and a
- * reply posted again for a run that finished with nothing to say.
+ * object's read and its batch (`injectD1Fault`'s `before` runs it on the same D1), a
+ * reply posted again for a run that finished with nothing to say, and a run stopped
+ * while its hand-off was in flight, then refused by the agent.
  */
 import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
 import { Database, injectD1Fault } from "../../src/db/client";
 import { recordReply } from "../../src/db/runs";
-import { MINUTE, T0, genericKey, messagesOf, restoreClock, runAlarm, setNow, unique, useConfig } from "../helpers";
+import {
+  MINUTE,
+  T0,
+  adminFetch,
+  genericKey,
+  messagesOf,
+  restoreClock,
+  runAlarm,
+  send,
+  setNow,
+  unique,
+  useConfig,
+} from "../helpers";
 import { accepted, agentApi, agentConfig, dispatchedThrough, fakeServices, replyWith } from "./support";
 
 let services: ReturnType<typeof fakeServices>;
@@ -24,6 +37,9 @@ afterEach(() => {
   restoreClock();
   useConfig(null);
 });
+
+/** The session as the operator API shows it. */
+const view = async (sessionId: string) => (await (await adminFetch(`/admin/sessions/${sessionId}`)).json()) as any;
 
 /** The batch that records a run's reply. */
 const recordsAReply = (sql: readonly string[]) => sql.some((s) => s.startsWith("UPDATE runs SET finished_at"));
@@ -68,5 +84,32 @@ describe("a run that finished with nothing to say (a 200 with a null reply)", ()
     await runAlarm(genericKey(chat));
     expect(services.replies()).toEqual([]);
     expect((await messagesOf(run.sessionId)).map((m) => m.text)).toEqual(["question"]);
+  });
+});
+
+describe("a run stopped while its hand-off was in flight, which the agent then refused", () => {
+  it("shows as revoked, and the operator's retry is 409 not_failed: nothing is handed over again", async () => {
+    const chat = unique("chat");
+    const key = genericKey(chat);
+    services.restore();
+    services = fakeServices(async () => {
+      // While the agent looks at the run, the user stops it; then the agent refuses it.
+      await send({ chat_id: chat, text: "/stop" });
+      return new Response("bad request", { status: 400 });
+    });
+    vi.spyOn(console, "warn").mockImplementation(() => undefined);
+    const sent = await send({ chat_id: chat, text: "question" });
+    await runAlarm(key);
+    const [run] = (await view(sent.body.session_id)).runs;
+    // Failed (the 400) and revoked (the /stop) both: revoked is what shows.
+    expect(run).toMatchObject({ status: "revoked", revoked_reason: "stopped", last_error: "HTTP 400: bad request" });
+    const retried = await adminFetch(`/admin/runs/${run.run_id}/retry`, { method: "POST" });
+    expect(retried.status).toBe(409);
+    expect(((await retried.json()) as any).error).toEqual({
+      code: "not_failed",
+      message: `run ${run.run_id} has not failed`,
+    });
+    await runAlarm(key);
+    expect(services.agentCalls()).toHaveLength(1);
   });
 });
