@@ -2,8 +2,9 @@
  * What lands while the routing object is between two steps, as the agent, the user
  * and the operator see it: a second reply of the same run recorded between the
  * object's read and its batch (`injectD1Fault`'s `before` runs it on the same D1), a
- * reply posted again for a run that finished with nothing to say, and a run stopped
- * while its hand-off was in flight, then refused by the agent.
+ * reply posted again for a run that finished with nothing to say, a run stopped
+ * while its hand-off was in flight, then refused by the agent, and a hand-off of an
+ * ended session still staged when the live session is looked at past its deadline.
  */
 import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
 import { Database, injectD1Fault } from "../../src/db/client";
@@ -111,5 +112,20 @@ describe("a run stopped while its hand-off was in flight, which the agent then r
     });
     await runAlarm(key);
     expect(services.agentCalls()).toHaveLength(1);
+  });
+});
+
+describe("a hand-off of an ended session still staged when the live session is looked at past its deadline", () => {
+  it("does not hold that session open: the alarm at its deadline ends it", async () => {
+    const chat = unique("chat");
+    const key = genericKey(chat);
+    // "yesterday" is never handed over before "/new" ends its session: its hand-off stays staged.
+    await send({ chat_id: chat, text: "yesterday" });
+    const fresh = await send({ chat_id: chat, text: "/new" });
+    // Idle past the test config's 60-minute policy, before any alarm ran.
+    setNow(T0 + 61 * MINUTE);
+    await runAlarm(key);
+    expect((await view(fresh.body.session_id)).session).toMatchObject({ end_reason: "idle" });
+    expect(services.agentCalls()).toEqual([]);
   });
 });
