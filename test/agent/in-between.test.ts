@@ -3,14 +3,16 @@
  * and the operator see it: a second reply of the same run recorded between the
  * object's read and its batch (`injectD1Fault`'s `before` runs it on the same D1), a
  * reply posted again for a run that finished with nothing to say, a run stopped
- * while its hand-off was in flight, then refused by the agent, and a hand-off of an
- * ended session still staged when the live session is looked at past its deadline.
+ * while its hand-off was in flight, then refused by the agent, a hand-off of an ended
+ * session still staged when the live session is looked at past its deadline, and the
+ * alarm a message's hand-off has set before D1 is asked to store the message.
  */
 import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
 import { Database, injectD1Fault } from "../../src/db/client";
 import { recordReply } from "../../src/db/runs";
 import {
   MINUTE,
+  alarmOf,
   T0,
   adminFetch,
   genericKey,
@@ -127,5 +129,22 @@ describe("a hand-off of an ended session still staged when the live session is l
     await runAlarm(key);
     expect((await view(fresh.body.session_id)).session).toMatchObject({ end_reason: "idle" });
     expect(services.agentCalls()).toEqual([]);
+  });
+});
+
+describe("a message's hand-off, while D1 stores the message", () => {
+  it("already has the alarm set for it, so an object that dies during the D1 call still wakes to hand it over", async () => {
+    const chat = unique("chat");
+    const key = genericKey(chat);
+    let alarmWhileStoring: number | null | undefined;
+    injectD1Fault({
+      match: (sql) => sql.some((s) => s.includes("INSERT INTO messages")),
+      before: async () => {
+        alarmWhileStoring = await alarmOf(key);
+      },
+    });
+    const sent = await send({ chat_id: chat, text: "hello" });
+    expect(sent.status).toBe(200);
+    expect(alarmWhileStoring).toBe(T0 + 1);
   });
 });
