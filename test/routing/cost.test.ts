@@ -6,7 +6,18 @@
 import { afterEach, beforeEach, expect, it } from "vitest";
 import { injectD1Fault } from "../../src/db/client";
 import { metrics, resetMetrics } from "../../src/metrics";
-import { T0, alarmAfterRestart, genericKey, restoreClock, runAlarm, send, setNow, unique, useConfig } from "../helpers";
+import {
+  T0,
+  alarmAfterRestart,
+  genericKey,
+  restoreClock,
+  runAlarm,
+  send,
+  sessionRow,
+  setNow,
+  unique,
+  useConfig,
+} from "../helpers";
 import { accepted, agentApi, agentConfig, fakeServices, replyWith } from "../agent/support";
 
 beforeEach(() => setNow(T0));
@@ -255,4 +266,26 @@ it("the alarm over a session the agent closed reads its row alone, before its de
     injectD1Fault(null);
     services.restore();
   }
+});
+
+it("after a reset, the echo turn that took the notice leaves the next turns costing what any steady turn costs", async () => {
+  useConfig({ SESSION_RESET: JSON.stringify({ mode: "idle", idle_minutes: 5 }) });
+  const chat = unique("chat");
+  const key = genericKey(chat);
+  await send({ chat_id: chat, text: "first" });
+  await runAlarm(key);
+  // Idle past the policy: the next message starts a fresh session that owes the reset notice.
+  setNow(T0 + 6 * 60_000);
+  const fresh = await send({ chat_id: chat, text: "after the break" });
+  expect((await sessionRow(fresh.body.session_id))?.notice_pending).not.toBeNull();
+  await runAlarm(key);
+  expect((await sessionRow(fresh.body.session_id))?.notice_pending).toBeNull();
+  resetMetrics();
+  await send({ chat_id: chat, text: "steady" });
+  await runAlarm(key);
+  // As any steady message with its echo reply: the turn's batch no longer clears the
+  // notice, which its first reply took (the object remembers it owes none).
+  expect(metrics.d1_queries).toBe(6);
+  expect(metrics.d1_rows_read).toBe(4);
+  expect(metrics.d1_rows_written).toBe(6);
 });
