@@ -205,6 +205,54 @@ describe("a session the agent ended (recoverable), replaced by /new within its p
   });
 });
 
+describe("a session the agent ended (recoverable), then /stop within its policy", () => {
+  it("says there is nothing to stop, and the alarm still finalizes the session at its old deadline", async () => {
+    const { chat, key, first } = await answeredSession("hello");
+    await env.DB.prepare(`UPDATE sessions SET end_reason = 'agent_close', ended_at = ? WHERE id = ?`)
+      .bind(T0, first.body.session_id)
+      .run();
+    setNow(T0 + MINUTE);
+    await send({ chat_id: chat, text: "/stop" });
+    await runAlarm(key);
+    expect(chatAnswers()).toEqual([COMMAND_REPLIES.nothingToStop]);
+    // The command ended nothing: the key's alarm still comes just past its session's
+    // deadline (60 idle minutes after "hello"), to finalize it.
+    expect(await alarmOf(key)).toBe(T0 + 60 * MINUTE + 1);
+    setNow(T0 + 60 * MINUTE + 1);
+    await runAlarm(key);
+    expect(await sessionRow(first.body.session_id)).toMatchObject({ end_reason: "idle" });
+    expect((await eventsOf(first.body.session_id)).map((e) => e.type)).toContain("session.finalized");
+  });
+});
+
+describe("with no reset policy, a session the agent ended, replaced by /new", () => {
+  it("is left as it is: the command is answered, nothing is staged to look at the row again, and the answer's alarm reads nothing", async () => {
+    useConfig({ SESSION_RESET: JSON.stringify({ mode: "none" }), GENERIC_REPLY_URL: REPLY_URL });
+    const { chat, key, first } = await answeredSession("hello");
+    await env.DB.prepare(`UPDATE sessions SET end_reason = 'agent_close', ended_at = ? WHERE id = ?`)
+      .bind(T0, first.body.session_id)
+      .run();
+    setNow(T0 + MINUTE);
+    const command = await send({ chat_id: chat, text: "/new" });
+    expect(command.status).toBe(200);
+    expect(command.body).toMatchObject({ accepted: true, duplicate: false });
+    expect(command.body.session_id).not.toBe(first.body.session_id);
+    // Without a policy a recoverable row has no deadline: there is no time to look at it again.
+    expect((await router(key).outbox()).map((item) => item.kind)).toEqual(["delivery"]);
+    const batches: string[][] = [];
+    injectD1Fault({
+      match: (sql) => (batches.push(sql.map((s) => s.trimStart().split(/\s/)[0]!.toUpperCase())), false),
+      times: Infinity,
+    });
+    await runAlarm(key);
+    injectD1Fault(null);
+    expect(chatAnswers()).toEqual([COMMAND_REPLIES.started]);
+    // The answer's attempt recorded, and nothing else.
+    expect(batches).toEqual([["UPDATE"]]);
+    expect(await sessionRow(first.body.session_id)).toMatchObject({ end_reason: "agent_close" });
+  });
+});
+
 describe("a session the agent ended, replaced by /new, when the policy changes before its old deadline", () => {
   it("is looked at again at its new deadline, not over and over from the old one", async () => {
     const { chat, key, first } = await answeredSession("hello");
