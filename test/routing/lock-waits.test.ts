@@ -1,0 +1,70 @@
+/**
+ * A hand-off whose item is done while its handler waits for the lock. With the
+ * inline drain, a call that stages work under the lock (a command's answer, a run
+ * API reply's delivery) starts the drain before its own D1 batch: a retried hand-off
+ * due by then starts too, and waits for the lock. The call then takes that hand-off
+ * out of the outbox (`/stop` revokes its run; the run API's reply finishes it), so
+ * the handler finds nothing to hand over and leaves quietly: no failed item logged,
+ * no second hand-off. The object restarted first (the agent was down a while), so
+ * nothing in its memory says the hand-off was confirmed.
+ */
+import { abortAllDurableObjects } from "cloudflare:test";
+import { afterEach, beforeEach, expect, it, vi } from "vitest";
+import { COMMAND_REPLIES } from "../../src/domain/commands";
+import { T0, genericKey, loggedLines, restoreClock, router, send, setNow, unique, useConfig } from "../helpers";
+import { agentApi, agentConfig, fakeServices } from "../agent/support";
+import { sessionAnswer } from "./overlap-support";
+
+let services: ReturnType<typeof fakeServices> | null = null;
+
+beforeEach(() => {
+  setNow(T0);
+  useConfig(agentConfig({ HOOK_URLS: "", OUTBOX_DRAIN: "inline" }));
+});
+afterEach(() => {
+  services?.restore();
+  services = null;
+  vi.restoreAllMocks();
+  restoreClock();
+  useConfig(null);
+});
+
+/**
+ * "one" handed to an agent that answers 503 and goes on working (its retry is due
+ * 1 s later), then the object restarts and the clock reaches that retry.
+ */
+async function retryDue() {
+  const agent = fakeServices(() => new Response("busy", { status: 503 }));
+  services = agent;
+  const chat = unique("chat");
+  const key = genericKey(chat);
+  const sent = await send({ chat_id: chat, text: "one" });
+  await router(key).drained();
+  const [item] = await router(key).outbox();
+  expect(item).toMatchObject({ kind: "run", attempts: 1 });
+  await abortAllDurableObjects();
+  setNow(item!.dueAt);
+  const errors = vi.spyOn(console, "error");
+  return { agent, chat, key, sessionId: sent.body.session_id as string, run: agent.agentCalls()[0]!.json, errors };
+}
+
+it("/stop while the retry of a hand-off waits for the lock: dropped quietly, never handed over again", async () => {
+  const { agent, chat, key, sessionId, errors } = await retryDue();
+  expect((await send({ chat_id: chat, text: "/stop" })).status).toBe(200);
+  await router(key).drained();
+  expect(loggedLines(errors, "outbox item failed")).toEqual([]);
+  expect(agent.agentCalls()).toHaveLength(1);
+  expect(agent.replies().map((r) => r.text)).toEqual([COMMAND_REPLIES.stopped]);
+  expect((await sessionAnswer(sessionId)).runs.map((r) => r.revoked_reason)).toEqual(["stopped"]);
+  expect(await router(key).outbox()).toEqual([]);
+});
+
+it("the run API's reply while the retry of its hand-off waits for the lock: the reply is sent once, the hand-off dropped quietly", async () => {
+  const { agent, key, run, errors } = await retryDue();
+  expect((await agentApi(`/v1/runs/${run.run_id}/reply`, run.run_token, { text: "answer" })).status).toBe(200);
+  await router(key).drained();
+  expect(loggedLines(errors, "outbox item failed")).toEqual([]);
+  expect(agent.agentCalls()).toHaveLength(1);
+  expect(agent.replies().map((r) => r.text)).toEqual(["answer"]);
+  expect(await router(key).outbox()).toEqual([]);
+});
