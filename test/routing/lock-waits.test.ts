@@ -6,10 +6,13 @@
  * out of the outbox (`/stop` revokes its run; the run API's reply finishes it), so
  * the handler finds nothing to hand over and leaves quietly: no failed item logged,
  * no second hand-off. The object restarted first (the agent was down a while), so
- * nothing in its memory says the hand-off was confirmed.
+ * nothing in its memory says the hand-off was confirmed. The same for a command's
+ * answer whose batch D1 refused: the command takes it out again, and its handler,
+ * waiting meanwhile, asks D1 nothing more (D1 is still down) and logs no failure.
  */
 import { abortAllDurableObjects } from "cloudflare:test";
 import { afterEach, beforeEach, expect, it, vi } from "vitest";
+import { injectD1Fault } from "../../src/db/client";
 import { COMMAND_REPLIES } from "../../src/domain/commands";
 import { T0, genericKey, loggedLines, restoreClock, router, send, setNow, unique, useConfig } from "../helpers";
 import { agentApi, agentConfig, fakeServices } from "../agent/support";
@@ -22,6 +25,7 @@ beforeEach(() => {
   useConfig(agentConfig({ HOOK_URLS: "", OUTBOX_DRAIN: "inline" }));
 });
 afterEach(() => {
+  injectD1Fault(null);
   services?.restore();
   services = null;
   vi.restoreAllMocks();
@@ -67,4 +71,22 @@ it("the run API's reply while the retry of its hand-off waits for the lock: the 
   expect(agent.agentCalls()).toHaveLength(1);
   expect(agent.replies().map((r) => r.text)).toEqual(["answer"]);
   expect(await router(key).outbox()).toEqual([]);
+});
+
+it("a command whose batch D1 refused while its answer waited for the lock: the answer is dropped quietly", async () => {
+  const agent = fakeServices(() => new Response("busy", { status: 503 }));
+  services = agent;
+  const chat = unique("chat");
+  const key = genericKey(chat);
+  await send({ chat_id: chat, text: "one" });
+  await router(key).drained();
+  const errors = vi.spyOn(console, "error");
+  // D1 is down for the deliveries table: the command's batch (it writes the answer's row) fails.
+  const fault = injectD1Fault({ match: (sql) => sql.some((s) => s.includes("deliveries")), times: 10 });
+  expect((await send({ chat_id: chat, text: "/new" })).status).toBe(503);
+  await router(key).drained();
+  expect(fault.hits()).toBe(1);
+  expect(loggedLines(errors, "outbox item failed")).toEqual([]);
+  expect(agent.replies()).toEqual([]);
+  expect((await router(key).outbox()).map((item) => item.kind)).toEqual(["run"]);
 });
