@@ -1,0 +1,133 @@
+/**
+ * The agent API between the worker's check and the routing object's own read (spec
+ * "The D1 contract": operators edit the tables by hand). The worker finds the run and
+ * its session before it calls the object, but an operator's SQL can land after that
+ * check and before the object reads them again under its lock; `injectD1Fault`'s
+ * `before` runs it exactly there. A row gone by then is a 404 with the error shape
+ * naming what is missing, never a server error, and nothing reaches the chat. Also
+ * here: progress of a scheduled job's run, whose platform has nowhere to deliver.
+ */
+import { env } from "cloudflare:workers";
+import { afterEach, beforeEach, describe, expect, it } from "vitest";
+import { injectD1Fault } from "../../src/db/client";
+import { T0, genericKey, restoreClock, runAlarm, sessionRow, setNow, unique, useConfig } from "../helpers";
+import { AGENT_TOKEN, accepted, agentApi, agentConfig, dispatchedThrough, fakeServices } from "./support";
+
+let services: ReturnType<typeof fakeServices>;
+
+beforeEach(() => {
+  setNow(T0);
+  useConfig(agentConfig({ HOOK_URLS: "" }));
+  services = fakeServices(() => accepted());
+});
+afterEach(() => {
+  injectD1Fault(null);
+  services.restore();
+  restoreClock();
+  useConfig(null);
+});
+
+/** Another writer's SQL: the session row removed by hand. */
+const deleteSession = (sessionId: string) => (db: D1Database) =>
+  db.prepare(`DELETE FROM sessions WHERE id = ?`).bind(sessionId).run();
+
+/** A batch reading a run with the session it belongs to (the worker's check of a run route, then the object's read). */
+const readsRunWithSession = (sql: readonly string[]) =>
+  sql.some((s) => s.includes("WHERE id = (SELECT session_id FROM runs WHERE id = ?)"));
+
+/** A batch reading a run and a session by their ids together: only the object's read on the session routes. */
+const readsRunAndSession = (sql: readonly string[]) =>
+  sql.some((s) => /from "runs" where "runs"\."id" = \?$/i.test(s)) &&
+  sql.some((s) => /from "sessions" where "sessions"\."id" = \?$/i.test(s));
+
+/** `write` just before the `nth` batch that `match` accepts. */
+function beforeNth(
+  nth: number,
+  match: (sql: readonly string[]) => boolean,
+  write: (db: D1Database) => Promise<unknown>,
+) {
+  let seen = 0;
+  return injectD1Fault({ match: (sql) => match(sql) && ++seen === nth, before: write });
+}
+
+const notFound = (message: string) => ({ status: 404, body: { error: { code: "not_found", message } } });
+
+describe("a session row deleted by SQL after the worker's check, before the object's read", () => {
+  it("a run API reply is 404 not_found naming the run, and nothing is sent", async () => {
+    const chat = unique("chat");
+    const run = await dispatchedThrough(services, chat);
+    const slipped = beforeNth(2, readsRunWithSession, deleteSession(run.sessionId));
+    const replied = await agentApi(`/v1/runs/${run.runId}/reply`, run.token, { text: "answer" });
+    expect(slipped.hits()).toBe(1);
+    expect(replied).toEqual(notFound(`no run ${run.runId}`));
+    await runAlarm(genericKey(chat));
+    expect(services.replies()).toEqual([]);
+  });
+
+  it("progress is 404 not_found naming the run, and nothing is sent", async () => {
+    const chat = unique("chat");
+    const run = await dispatchedThrough(services, chat);
+    const slipped = beforeNth(2, readsRunWithSession, deleteSession(run.sessionId));
+    const progress = await agentApi(`/v1/runs/${run.runId}/progress`, run.token, { text: "working on it" });
+    expect(slipped.hits()).toBe(1);
+    expect(progress).toEqual(notFound(`no run ${run.runId}`));
+    expect(services.replies()).toEqual([]);
+  });
+
+  it("the run ending its session is 404 not_found naming the session", async () => {
+    const run = await dispatchedThrough(services, unique("chat"));
+    const slipped = beforeNth(1, readsRunAndSession, deleteSession(run.sessionId));
+    const ended = await agentApi(`/v1/sessions/${run.sessionId}/end`, run.token, { reason: "agent_close" });
+    expect(slipped.hits()).toBe(1);
+    expect(ended).toEqual(notFound(`no session ${run.sessionId}`));
+  });
+
+  it("the run rotating its session is 404 not_found naming the session, and no continuation is started", async () => {
+    const chat = unique("chat");
+    const run = await dispatchedThrough(services, chat);
+    const slipped = beforeNth(1, readsRunAndSession, deleteSession(run.sessionId));
+    const rotated = await agentApi(`/v1/sessions/${run.sessionId}/rotate`, run.token, {});
+    expect(slipped.hits()).toBe(1);
+    expect(rotated).toEqual(notFound(`no session ${run.sessionId}`));
+    const rows = await env.DB.prepare(`SELECT id FROM sessions WHERE session_key = ?`).bind(genericKey(chat)).all();
+    expect(rows.results).toEqual([]);
+  });
+});
+
+// The runs table is not the contract's, but a row removed by hand is still an unknown id.
+describe("a run row deleted by SQL after the worker's check, before the object's read", () => {
+  const deleteRun = (runId: string) => (db: D1Database) =>
+    db.prepare(`DELETE FROM runs WHERE id = ?`).bind(runId).run();
+
+  it("the run ending its session is 404 not_found, and the session stays live", async () => {
+    const run = await dispatchedThrough(services, unique("chat"));
+    const slipped = beforeNth(1, readsRunAndSession, deleteRun(run.runId));
+    const ended = await agentApi(`/v1/sessions/${run.sessionId}/end`, run.token, { reason: "agent_close" });
+    expect(slipped.hits()).toBe(1);
+    expect(ended).toEqual(notFound(`no session ${run.sessionId}`));
+    expect(await sessionRow(run.sessionId)).toMatchObject({ end_reason: null });
+  });
+
+  it("the run rotating its session is 404 not_found, and the session stays live", async () => {
+    const run = await dispatchedThrough(services, unique("chat"));
+    const slipped = beforeNth(1, readsRunAndSession, deleteRun(run.runId));
+    const rotated = await agentApi(`/v1/sessions/${run.sessionId}/rotate`, run.token, {});
+    expect(slipped.hits()).toBe(1);
+    expect(rotated).toEqual(notFound(`no session ${run.sessionId}`));
+    expect(await sessionRow(run.sessionId)).toMatchObject({ end_reason: null });
+  });
+});
+
+describe("progress of a scheduled job's run", () => {
+  it("owns its session but is not sent: the job's platform has nowhere to deliver", async () => {
+    const job = await agentApi(`/v1/cron/runs`, AGENT_TOKEN, { job_id: unique("job"), text: "summarise the day" });
+    await runAlarm(job.body.session_key);
+    const { run_id, run_token } = services.agentCalls().at(-1)!.json;
+    const progress = await agentApi(`/v1/runs/${run_id}/progress`, run_token, { text: "halfway" });
+    expect(progress).toEqual({ status: 200, body: { owns: true, sent: false } });
+    expect(services.replies()).toEqual([]);
+    const rows = await env.DB.prepare(`SELECT id FROM deliveries WHERE session_id = ?`).bind(job.body.session_id).all();
+    expect(rows.results).toEqual([]);
+    expect(await sessionRow(job.body.session_id)).toMatchObject({ end_reason: null });
+  });
+});
