@@ -54,8 +54,8 @@ export class AgentApi {
     if (run.revokedReason) return notOwned(run.revokedReason as NotOwnedReason);
     if (session.endReason !== null) return notOwned(revocationFor(session.endReason));
     if (run.finishedAt !== null) return notOwned("finished");
-    const recorded = await this.turns.recordRunReply(runId, text, now, false);
-    if (!recorded?.finished) return notOwned("finished");
+    const recorded = await this.turns.recordReplyOf(found, text, now, false);
+    if (!recorded.finished) return notOwned("finished");
     // The route refuses a blank reply, so a reply not added means the session or run changed.
     if (!recorded.added) {
       const [[after]] = await db.batch(selectRun(db, runId));

@@ -189,10 +189,24 @@ export class Turns {
     now: number,
     fromOutbox: boolean,
   ): Promise<RecordedReply | null> {
-    const { outbox } = this.ctx;
     const found = await this.runWithSession(runId);
-    if (!found) return null;
+    return found ? this.recordReplyOf(found, text, now, fromOutbox) : null;
+  }
+
+  /**
+   * `recordRunReply` for a run and session its caller has just read under the lock
+   * (the run API), so they are not read twice: a row changed since is settled by the
+   * batch's own conditions.
+   */
+  async recordReplyOf(
+    found: { run: RunRow; session: SessionRow },
+    text: string | null,
+    now: number,
+    fromOutbox: boolean,
+  ): Promise<RecordedReply> {
+    const { outbox } = this.ctx;
     const { run, session } = found;
+    const runId = run.id;
     const policy = policyFor(this.ctx, session.platform, session.chatType);
     // Past the deadline the reply still lands while a turn holds the session open
     // (invariant 6): a hand-off from the outbox always does; through the run API, the

@@ -94,6 +94,24 @@ describe("a session row deleted by SQL after the worker's check, before the obje
   });
 });
 
+describe("a session row deleted by SQL just after the object read the run and its session", () => {
+  it("a run API reply is 409 session_ended, as when the row goes just before the reply's batch, and nothing is sent", async () => {
+    const chat = unique("chat");
+    const run = await dispatchedThrough(services, chat);
+    // The first batch after the object's own read (the worker's check is the first read).
+    let reads = 0;
+    const slipped = injectD1Fault({
+      match: (sql) => reads === 2 || (readsRunWithSession(sql) && ++reads > 2),
+      before: deleteSession(run.sessionId),
+    });
+    const replied = await agentApi(`/v1/runs/${run.runId}/reply`, run.token, { text: "answer" });
+    expect(slipped.hits()).toBe(1);
+    expect(replied).toEqual({ status: 409, body: { owns: false, reason: "session_ended" } });
+    await runAlarm(genericKey(chat));
+    expect(services.replies()).toEqual([]);
+  });
+});
+
 // The runs table is not the contract's, but a row removed by hand is still an unknown id.
 describe("a run row deleted by SQL after the worker's check, before the object's read", () => {
   const deleteRun = (runId: string) => (db: D1Database) =>
