@@ -10,7 +10,19 @@
 import { env } from "cloudflare:workers";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { injectD1Fault } from "../../src/db/client";
-import { T0, genericKey, restoreClock, runAlarm, sessionRow, setNow, unique, useConfig } from "../helpers";
+import {
+  MINUTE,
+  T0,
+  genericKey,
+  restoreClock,
+  runAlarm,
+  send,
+  sessionRow,
+  sessionsOfKey,
+  setNow,
+  unique,
+  useConfig,
+} from "../helpers";
 import { AGENT_TOKEN, accepted, agentApi, agentConfig, dispatchedThrough, fakeServices } from "./support";
 
 let services: ReturnType<typeof fakeServices>;
@@ -133,6 +145,29 @@ describe("a run row deleted by SQL after the worker's check, before the object's
     expect(slipped.hits()).toBe(1);
     expect(rotated).toEqual(notFound(`no session ${run.sessionId}`));
     expect(await sessionRow(run.sessionId)).toMatchObject({ end_reason: null });
+  });
+});
+
+describe("a rotation whose batch ends the session but cannot start the continuation", () => {
+  it("when an operator made an older row of the key its newest (started_at): 409 session_ended, and no continuation row", async () => {
+    services.restore();
+    services = fakeServices(() => accepted());
+    const chat = unique("chat");
+    const key = genericKey(chat);
+    const first = await dispatchedThrough(services, chat, "hello");
+    setNow(T0 + MINUTE);
+    await send({ chat_id: chat, text: "/new" });
+    const run = await dispatchedThrough(services, chat, "again");
+    expect(run.sessionId).not.toBe(first.sessionId);
+    // By hand: the first row now starts after the live one, so the key's newest row is an ended one.
+    await env.DB.prepare(`UPDATE sessions SET started_at = ? WHERE id = ?`)
+      .bind(T0 + 2 * MINUTE, first.sessionId)
+      .run();
+    const rotated = await agentApi(`/v1/sessions/${run.sessionId}/rotate`, run.token, {});
+    expect(rotated).toEqual({ status: 409, body: { owns: false, reason: "session_ended" } });
+    expect((await sessionsOfKey(key)).map((row) => row.id).sort()).toEqual([first.sessionId, run.sessionId].sort());
+    const moved = await env.DB.prepare(`SELECT session_id FROM runs WHERE id = ?`).bind(run.runId).first();
+    expect(moved).toEqual({ session_id: run.sessionId });
   });
 });
 
