@@ -184,9 +184,11 @@ export function insertSession(
   session: NewSession,
   first: UserMessage | null,
   follows: { sessionId: string; reason: string } | null = session.replaced,
-  options: { keyMustBeNew?: boolean } = {},
+  options: { keyMustBeNew?: boolean; endedJustBefore?: boolean } = {},
 ): Statement<number>[] {
-  const conditions = ["1 = 1"];
+  // Only if the statement just before it in the batch ended the row it follows: a
+  // row another writer ended meanwhile, even with the same reason, is not followed.
+  const conditions = [options.endedJustBefore ? "changes() = 1" : "1 = 1"];
   const guardParams: unknown[] = [];
   if (options.keyMustBeNew) {
     // The first session of a key: only if the key has no row at all (served by sessions_key_started).

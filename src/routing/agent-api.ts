@@ -177,7 +177,7 @@ export class AgentApi {
     const continuation = continuationOf(session, policy, openRuns, now);
     const [ended, inserted] = await db.batch(
       endLive(session.id, "compression", false, now),
-      ...insertSession(continuation, null, { sessionId: session.id, reason: "compression" }),
+      ...insertSession(continuation, null, { sessionId: session.id, reason: "compression" }, { endedJustBefore: true }),
       ...moveRuns(session.id, continuation.id),
       ...endedEvents(session.id, now, eventStatus),
       ...startedEvents(continuation.id, now, eventStatus),

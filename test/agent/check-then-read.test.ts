@@ -171,6 +171,28 @@ describe("a rotation whose batch ends the session but cannot start the continuat
   });
 });
 
+describe("a session ended as compression by SQL between the rotation's read and its batch", () => {
+  it("the operator's end wins (invariant 4): 409 session_ended, no continuation, the run stays", async () => {
+    const chat = unique("chat");
+    const key = genericKey(chat);
+    const run = await dispatchedThrough(services, chat);
+    const slipped = injectD1Fault({
+      match: (sql) => sql.some((s) => s.includes("UPDATE runs SET session_id")),
+      before: (db) =>
+        db
+          .prepare(`UPDATE sessions SET end_reason = 'compression', ended_at = ? WHERE id = ?`)
+          .bind(T0, run.sessionId)
+          .run(),
+    });
+    const rotated = await agentApi(`/v1/sessions/${run.sessionId}/rotate`, run.token, {});
+    expect(slipped.hits()).toBe(1);
+    expect(rotated).toEqual({ status: 409, body: { owns: false, reason: "session_ended" } });
+    expect((await sessionsOfKey(key)).map((row) => row.id)).toEqual([run.sessionId]);
+    const moved = await env.DB.prepare(`SELECT session_id FROM runs WHERE id = ?`).bind(run.runId).first();
+    expect(moved).toEqual({ session_id: run.sessionId });
+  });
+});
+
 describe("progress of a scheduled job's run", () => {
   it("owns its session but is not sent: the job's platform has nowhere to deliver", async () => {
     const job = await agentApi(`/v1/cron/runs`, AGENT_TOKEN, { job_id: unique("job"), text: "summarise the day" });
