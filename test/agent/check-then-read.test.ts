@@ -5,7 +5,8 @@
  * check and before the object reads them again under its lock; `injectD1Fault`'s
  * `before` runs it exactly there. A row gone by then is a 404 with the error shape
  * naming what is missing, never a server error, and nothing reaches the chat. Also
- * here: progress of a scheduled job's run, whose platform has nowhere to deliver.
+ * here: a rotation whose batch cannot start the continuation, what D1 work a reply
+ * costs, and progress of a scheduled job's run, whose platform has nowhere to deliver.
  */
 import { env } from "cloudflare:workers";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
@@ -190,6 +191,42 @@ describe("a session ended as compression by SQL between the rotation's read and 
     expect((await sessionsOfKey(key)).map((row) => row.id)).toEqual([run.sessionId]);
     const moved = await env.DB.prepare(`SELECT session_id FROM runs WHERE id = ?`).bind(run.runId).first();
     expect(moved).toEqual({ session_id: run.sessionId });
+  });
+});
+
+// What a reply costs D1: a first reply does not look for an earlier one to restage, and
+// a repeated one is refused without a write. A D1 that refuses exactly that read or
+// that write shows it: the answer does not change.
+describe("the D1 work of a run's reply", () => {
+  /** The read of one delivery row by its id, alone in its batch (restaging an earlier reply). */
+  const readsADelivery = (sql: readonly string[]) =>
+    sql.length === 1 && sql[0]!.startsWith("SELECT * FROM deliveries WHERE id = ?");
+  /** The batch that records a run's reply. */
+  const recordsAReply = (sql: readonly string[]) => sql.some((s) => s.startsWith("UPDATE runs SET finished_at"));
+
+  it("a first reply is recorded and sent without reading a delivery to restage", async () => {
+    const chat = unique("chat");
+    const run = await dispatchedThrough(services, chat);
+    const refused = injectD1Fault({ match: readsADelivery, times: Infinity });
+    const replied = await agentApi(`/v1/runs/${run.runId}/reply`, run.token, { text: "answer" });
+    expect(replied).toEqual({ status: 200, body: { recorded: true } });
+    expect(refused.hits()).toBe(0);
+    injectD1Fault(null);
+    await runAlarm(genericKey(chat));
+    expect(services.replies().map((reply) => reply.text)).toEqual(["answer"]);
+  });
+
+  it("a repeated reply of a finished run is 409 finished without a write, and the first reply alone is sent", async () => {
+    const chat = unique("chat");
+    const run = await dispatchedThrough(services, chat);
+    expect(await agentApi(`/v1/runs/${run.runId}/reply`, run.token, { text: "answer" })).toMatchObject({ status: 200 });
+    const refused = injectD1Fault({ match: recordsAReply, times: Infinity });
+    const again = await agentApi(`/v1/runs/${run.runId}/reply`, run.token, { text: "answer again" });
+    expect(again).toEqual({ status: 409, body: { owns: false, reason: "finished" } });
+    expect(refused.hits()).toBe(0);
+    injectD1Fault(null);
+    await runAlarm(genericKey(chat));
+    expect(services.replies().map((reply) => reply.text)).toEqual(["answer"]);
   });
 });
 
