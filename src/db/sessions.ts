@@ -184,25 +184,18 @@ export function insertSession(
   session: NewSession,
   first: UserMessage | null,
   follows: { sessionId: string; reason: string } | null = session.replaced,
-  options: { keyMustBeNew?: boolean; endedJustBefore?: boolean } = {},
+  options: { endedJustBefore?: boolean } = {},
 ): Statement<number>[] {
   // Only if the statement just before it in the batch ended the row it follows: a
   // row another writer ended meanwhile, even with the same reason, is not followed.
   const conditions = [options.endedJustBefore ? "changes() = 1" : "1 = 1"];
-  const guardParams: unknown[] = [];
-  if (options.keyMustBeNew) {
-    // The first session of a key: only if the key has no row at all (served by sessions_key_started).
-    conditions.push(`NOT EXISTS (SELECT 1 FROM sessions WHERE session_key = ?)`);
-    guardParams.push(session.sessionKey);
-  } else {
-    // Spec invariant 5: a session only ever follows its key's newest row (or starts a
-    // key with none). A caller working from a stale entry (its process was killed
-    // after D1 stored a newer session, before the entry learnt of it) misses here and
-    // rereads, so a key never gets a second live row. One index probe
-    // (sessions_key_started), however long the key's history.
-    conditions.push(`(SELECT id FROM sessions WHERE session_key = ? ORDER BY started_at DESC LIMIT 1) IS ?`);
-    guardParams.push(session.sessionKey, follows?.sessionId ?? null);
-  }
+  // Spec invariant 5: a session only ever follows its key's newest row, or starts a
+  // key with none (a brand-new key's first session: the newest row IS NULL). A caller
+  // working from a stale entry (its process was killed after D1 stored a newer session,
+  // before the entry learnt of it) misses here and rereads, so a key never gets a
+  // second live row. One index probe (sessions_key_started), however long the key's history.
+  conditions.push(`(SELECT id FROM sessions WHERE session_key = ? ORDER BY started_at DESC LIMIT 1) IS ?`);
+  const guardParams: unknown[] = [session.sessionKey, follows?.sessionId ?? null];
   if (follows) {
     conditions.push(`EXISTS (SELECT 1 FROM sessions WHERE id = ? AND end_reason = ?)`);
     guardParams.push(follows.sessionId, follows.reason);

@@ -203,7 +203,7 @@ export class Inbound {
       // batch that reads the key's newest row, so that a new key costs one round trip too.
       const session = freshSession(message, null, null, policy, now);
       const results = await ingress.batch(
-        ...insertSession(session, userMessage, null, { keyMustBeNew: true }),
+        ...insertSession(session, userMessage, null),
         ...startedEvents(session.id, now, eventStatus),
         selectNewestForKey(ingress, message.sessionKey),
         selectDedupe(message.platform, message.eventId, now),
