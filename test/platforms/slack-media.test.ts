@@ -6,7 +6,7 @@
  * and file host are faked with `vi.spyOn(globalThis, "fetch")`.
  */
 import { exports } from "cloudflare:workers";
-import { afterEach, beforeEach, describe, expect, it } from "vitest";
+import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
 import { hmacSha256Hex } from "../../src/crypto";
 import { AGENT_TOKEN, AGENT_URL } from "../agent/support";
 import { bytesOf, errorOf, expectNoneOf, fetchAttachment } from "../attachments/support";
@@ -242,19 +242,32 @@ describe("GET /v1/attachments/{id} from Slack", () => {
     expect(error.message).toContain("not on files.slack.com");
   });
 
+  const SIGN_IN = "slack answered with a sign-in page (does the bot token have the files:read scope?)";
   const failures: [string, () => Response, string][] = [
     [
       "a sign-in page (200 text/html: the token lacks files:read)",
       () => new Response("<html>", { headers: { "content-type": "text/html; charset=utf-8" } }),
-      "files:read",
+      SIGN_IN,
     ],
-    ["a 403", () => new Response("forbidden", { status: 403 }), "403"],
+    [
+      "an empty sign-in answer (200 text/html without a body)",
+      () => new Response(null, { headers: { "content-type": "TEXT/HTML" } }),
+      SIGN_IN,
+    ],
+    ["a 403", () => new Response("forbidden", { status: 403 }), "slack file download answered HTTP 403"],
     [
       "a redirect (not followed with the token)",
       () => new Response(null, { status: 302, headers: { location: "https://evil.test/" } }),
-      "302",
+      "slack file download answered HTTP 302",
     ],
-    ["a 503", () => new Response("down", { status: 503 }), "503"],
+    ["a 503", () => new Response("down", { status: 503 }), "slack file download answered HTTP 503"],
+    [
+      "a network error that repeats the request's authorization header",
+      () => {
+        throw new TypeError(`connection reset (authorization: Bearer ${BOT_TOKEN})`);
+      },
+      "slack file download failed: TypeError: connection reset (authorization: Bearer [redacted])",
+    ],
   ];
   for (const [what, answer, why] of failures) {
     it(`answers 502 to ${what}, saying why`, async () => {
@@ -263,9 +276,67 @@ describe("GET /v1/attachments/{id} from Slack", () => {
       const response = await fetchAttachment(request.message.attachments[0].path, request.run_token);
       expect(response.status).toBe(502);
       const text = await response.text();
-      expect(JSON.parse(text).error.message).toContain(why);
+      expect(JSON.parse(text).error.message).toBe(why);
       expectNoneOf(text, [BOT_TOKEN]);
       expect(outbound.calls.filter((c) => c.url.startsWith("https://evil.test"))).toHaveLength(0);
+    });
+  }
+
+  // Only an answer whose type is text/html is taken for the sign-in page; a file
+  // the user shared as HTML, or one whose type merely names text/html, is the file.
+  const served: [string, string, string][] = [
+    ["an HTML file the user shared (listed as text/html)", "text/html", "text/html; charset=utf-8"],
+    [
+      "a saved web page (served as multipart/related of text/html)",
+      "message/rfc822",
+      'multipart/related; type="text/html"',
+    ],
+  ];
+  for (const [what, listed, answered] of served) {
+    it(`serves ${what} as the file`, async () => {
+      const { request } = await handedOff(fileShare, (event) => (event.files[0].mimetype = listed));
+      fileAnswer = () => new Response("<html><body>the page</body></html>", { headers: { "content-type": answered } });
+      const response = await fetchAttachment(request.message.attachments[0].path, request.run_token);
+      expect(response.status).toBe(200);
+      expect(response.headers.get("content-type")).toBe(answered);
+      expect(await response.text()).toBe("<html><body>the page</body></html>");
+    });
+  }
+
+  // [what, the variables since, the invalid-configuration log lines: platform and error]
+  const unconfigured: [string, Record<string, string>, [string, unknown][]][] = [
+    [
+      "Slack was turned off since (both secrets removed)",
+      config({ SLACK_SIGNING_SECRET: "", SLACK_BOT_TOKEN: "" }),
+      [],
+    ],
+    [
+      "Slack's settings broke since (the bot token removed)",
+      config({ SLACK_BOT_TOKEN: "" }),
+      [["slack", expect.stringContaining("SLACK_BOT_TOKEN")]],
+    ],
+  ];
+  for (const [what, vars, invalidLines] of unconfigured) {
+    it(`answers 502 'slack is not configured' when ${what}, downloading nothing`, async () => {
+      const { request } = await handedOff(fileShare);
+      useConfig(vars);
+      const lines: Json[] = [];
+      const capture = (...args: unknown[]) => void lines.push(JSON.parse(String(args[0])));
+      const spies = [
+        vi.spyOn(console, "error").mockImplementation(capture),
+        vi.spyOn(console, "warn").mockImplementation(capture),
+      ];
+      const before = outbound.calls.length;
+      const error = await errorOf(await fetchAttachment(request.message.attachments[0].path, request.run_token));
+      for (const spy of spies) spy.mockRestore();
+      expect(error).toEqual({ status: 502, code: "bad_gateway", message: "slack is not configured" });
+      expect(outbound.calls.length).toBe(before);
+      // The operator sees which platform's settings are broken, and which key.
+      const invalid = lines.filter((line) => line.msg === "replies not sent: invalid configuration");
+      expect(invalid.map((line) => [line.platform, line.error])).toEqual(invalidLines);
+      expect(lines.filter((line) => line.msg === "attachment not served")).toEqual([
+        expect.objectContaining({ level: "warn", platform: "slack", status: 502, error: "slack is not configured" }),
+      ]);
     });
   }
 
