@@ -1,12 +1,27 @@
 /**
  * What every platform's attachment download shares (src/platforms/media.ts): a
  * refusal the agent reads never repeats a credential, any 2xx is the bytes and
- * anything else a 502, and a size the platform states is checked before download.
+ * anything else a 502, a platform gets 15 s to answer with headers (fake timers)
+ * and then streams without a deadline, and a size the platform states is checked
+ * before download.
  */
 import { afterEach, describe, expect, it, vi } from "vitest";
-import { fetchHeaders, overLimit } from "../../src/platforms/media";
+import { MEDIA_HEADERS_TIMEOUT_MS, fetchHeaders, overLimit } from "../../src/platforms/media";
 
-afterEach(() => vi.restoreAllMocks());
+afterEach(() => {
+  vi.useRealTimers();
+  vi.restoreAllMocks();
+});
+
+/** A platform that never answers, and rejects as fetch does when the caller aborts. */
+function silentPlatform(): void {
+  vi.spyOn(globalThis, "fetch").mockImplementation(
+    (_input, init) =>
+      new Promise<Response>((_resolve, reject) => {
+        init?.signal?.addEventListener("abort", () => reject(init.signal!.reason));
+      }),
+  );
+}
 
 const TOKEN = "bot123:secret-token";
 const URL_WITH_TOKEN = `https://files.test/file/bot${TOKEN}/photo.jpg`;
@@ -45,6 +60,36 @@ describe("fetchHeaders", () => {
       [502, "test download answered HTTP 300"],
       [502, "test download answered HTTP 404"],
     ]);
+  });
+});
+
+describe("the wait for a platform's headers", () => {
+  it("refuses (502) a platform that sends no headers within 15 s, not before", async () => {
+    vi.useFakeTimers({ toFake: ["setTimeout", "clearTimeout"] });
+    silentPlatform();
+    let settled = false;
+    const result = fetchHeaders("test download", "https://files.test/a", {}, []).finally(() => (settled = true));
+    await vi.advanceTimersByTimeAsync(MEDIA_HEADERS_TIMEOUT_MS - 1);
+    expect(settled).toBe(false);
+    await vi.advanceTimersByTimeAsync(1);
+    expect(await result).toEqual({
+      ok: false,
+      outcome: { ok: false, status: 502, error: "test download failed: Error: timed out" },
+    });
+  });
+
+  it("does not cut a download whose headers came in time while its body still streams past 15 s", async () => {
+    vi.useFakeTimers({ toFake: ["setTimeout", "clearTimeout"] });
+    let signal: AbortSignal | undefined;
+    vi.spyOn(globalThis, "fetch").mockImplementation(async (_input, init) => {
+      signal = init?.signal ?? undefined;
+      return new Response("first part, then the rest much later");
+    });
+    const result = await fetchHeaders("test download", "https://files.test/a", {}, []);
+    await vi.advanceTimersByTimeAsync(MEDIA_HEADERS_TIMEOUT_MS * 4);
+    // Aborting the call's signal would cut the body a real fetch is still streaming.
+    expect(signal?.aborted).toBe(false);
+    expect(result.ok).toBe(true);
   });
 });
 
