@@ -5,7 +5,7 @@
  * with `vi.spyOn(globalThis, "fetch")`; fixtures are recorded-shape updates.
  */
 import { exports } from "cloudflare:workers";
-import { afterEach, beforeEach, describe, expect, it } from "vitest";
+import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
 import { AGENT_TOKEN, AGENT_URL } from "../agent/support";
 import { bytesOf, errorOf, expectNoneOf, fetchAttachment } from "../attachments/support";
 import animation from "../fixtures/telegram/animation.json";
@@ -72,6 +72,17 @@ afterEach(() => {
   restoreClock();
   useConfig(null);
 });
+
+/** Resolves after `ms`, or rejects as fetch does when the caller's `signal` aborts first. */
+function answerAfter(ms: number, signal: AbortSignal | null | undefined): Promise<void> {
+  return new Promise((resolve, reject) => {
+    const timer = setTimeout(resolve, ms);
+    signal?.addEventListener("abort", () => {
+      clearTimeout(timer);
+      reject(signal.reason);
+    });
+  });
+}
 
 let counter = 0;
 const fresh = () => 700_000_000 + ++counter * 1000 + Math.floor(Math.random() * 1000);
@@ -265,21 +276,33 @@ describe("GET /v1/attachments/{id} from Telegram", () => {
       () =>
         (getFileAnswer = () =>
           Response.json({ ok: false, error_code: 400, description: "Bad Request: file is too big" }, { status: 400 })),
-      "telegram getFile: ",
+      'telegram getFile: HTTP 400: {"ok":false,"error_code":400,"description":"Bad Request: file is too big"}',
+    ],
+    [
+      "getFile fails with an error repeating the token",
+      () =>
+        (getFileAnswer = () => {
+          throw new TypeError(`connection reset (bot ${TOKEN})`);
+        }),
+      "telegram getFile: TypeError: connection reset (bot [redacted])",
     ],
     [
       "getFile answers without a file_path",
       () => (getFileAnswer = () => Response.json({ ok: true, result: {} })),
       "telegram getFile gave no file_path",
     ],
-    ["the download answers 404", () => (downloadAnswer = () => new Response("Not Found", { status: 404 })), "404"],
+    [
+      "the download answers 404",
+      () => (downloadAnswer = () => new Response("Not Found", { status: 404 })),
+      "telegram file download answered HTTP 404",
+    ],
     [
       "the download fails with an error naming its URL",
       () =>
         (downloadAnswer = () => {
           throw new TypeError(`fetch failed: ${API}/file/bot${TOKEN}/${FILE_PATH}`);
         }),
-      "telegram file download failed",
+      `telegram file download failed: TypeError: fetch failed: ${API}/file/bot[redacted]/${FILE_PATH}`,
     ],
   ];
   for (const [what, arrange, why] of failures) {
@@ -289,8 +312,58 @@ describe("GET /v1/attachments/{id} from Telegram", () => {
       const response = await fetchAttachment(request.message.attachments[0].path, request.run_token);
       const text = await response.text();
       expect(response.status).toBe(502);
-      expect(JSON.parse(text).error.message).toContain(why);
+      expect(JSON.parse(text).error.message).toBe(why);
       expectNoneOf(text, [TOKEN]);
+    });
+  }
+
+  it("waits for a Bot API slow to answer getFile, then downloads", async () => {
+    const { request } = await handedOff(photoCaption);
+    const fake = vi.mocked(globalThis.fetch).getMockImplementation()!;
+    vi.mocked(globalThis.fetch).mockImplementation(async (input, init) => {
+      if (String(input).endsWith("/getFile")) await answerAfter(50, init?.signal);
+      return fake(input, init);
+    });
+    const response = await fetchAttachment(request.message.attachments[0].path, request.run_token);
+    expect(response.status).toBe(200);
+    expect(new Uint8Array(await response.arrayBuffer())).toEqual(PHOTO);
+  });
+
+  // [what, the variables since, the invalid-configuration log lines: platform and error]
+  const unconfigured: [string, Record<string, string>, [string, unknown][]][] = [
+    ["Telegram was turned off since (its secrets removed)", { AGENT_URL, AGENT_TOKEN }, []],
+    [
+      "Telegram's settings broke since (the webhook secret removed)",
+      { TELEGRAM_BOT_TOKEN: TOKEN, TELEGRAM_API_BASE: API, AGENT_URL, AGENT_TOKEN },
+      [["telegram", expect.stringContaining("TELEGRAM_WEBHOOK_SECRET")]],
+    ],
+  ];
+  for (const [what, vars, invalidLines] of unconfigured) {
+    it(`answers 502 'telegram is not configured' when ${what}, calling no Bot API`, async () => {
+      const { request } = await handedOff(photoCaption);
+      useConfig(vars);
+      const lines: any[] = [];
+      const capture = (...args: unknown[]) => void lines.push(JSON.parse(String(args[0])));
+      const spies = [
+        vi.spyOn(console, "error").mockImplementation(capture),
+        vi.spyOn(console, "warn").mockImplementation(capture),
+      ];
+      const before = outbound.calls.length;
+      const error = await errorOf(await fetchAttachment(request.message.attachments[0].path, request.run_token));
+      for (const spy of spies) spy.mockRestore();
+      expect(error).toEqual({ status: 502, code: "bad_gateway", message: "telegram is not configured" });
+      expect(outbound.calls.length).toBe(before);
+      // The operator sees which platform's settings are broken, and which key.
+      const invalid = lines.filter((line) => line.msg === "replies not sent: invalid configuration");
+      expect(invalid.map((line) => [line.platform, line.error])).toEqual(invalidLines);
+      expect(lines.filter((line) => line.msg === "attachment not served")).toEqual([
+        expect.objectContaining({
+          level: "warn",
+          platform: "telegram",
+          status: 502,
+          error: "telegram is not configured",
+        }),
+      ]);
     });
   }
 });
