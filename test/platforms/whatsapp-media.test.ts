@@ -7,7 +7,7 @@
  * `vi.spyOn(globalThis, "fetch")`.
  */
 import { exports } from "cloudflare:workers";
-import { afterEach, beforeEach, describe, expect, it } from "vitest";
+import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
 import { hmacSha256Hex } from "../../src/crypto";
 import { AGENT_TOKEN, AGENT_URL } from "../agent/support";
 import { bytesOf, errorOf, expectNoneOf, fetchAttachment } from "../attachments/support";
@@ -274,7 +274,7 @@ describe("GET /v1/attachments/{id} from WhatsApp", () => {
     expect(outbound.calls.filter((c) => c.url === LOOKASIDE)).toHaveLength(0);
   });
 
-  const failures: [string, () => void][] = [
+  const failures: [string, () => void, string][] = [
     [
       "the lookup answers 400 (media id expired)",
       () =>
@@ -283,24 +283,88 @@ describe("GET /v1/attachments/{id} from WhatsApp", () => {
             { error: { message: "Unsupported get request", type: "GraphMethodException", code: 100 } },
             { status: 400 },
           )),
+      "whatsapp media lookup answered HTTP 400",
     ],
-    ["the lookup gives no url", () => (lookupAnswer = () => Response.json({ id: "x" }))],
-    ["the download answers 401", () => (downloadAnswer = () => new Response("", { status: 401 }))],
+    [
+      "the lookup fails with an error repeating the token",
+      () =>
+        (lookupAnswer = () => {
+          throw new TypeError(`connection reset (Bearer ${ACCESS_TOKEN})`);
+        }),
+      "whatsapp media lookup failed: TypeError: connection reset (Bearer [redacted])",
+    ],
+    [
+      "the lookup gives no url",
+      () => (lookupAnswer = () => Response.json({ id: "x" })),
+      "whatsapp media lookup gave no url",
+    ],
+    [
+      "the lookup answers with a body that is not JSON",
+      () =>
+        (lookupAnswer = () => new Response("<html>maintenance</html>", { headers: { "content-type": "text/html" } })),
+      "whatsapp media lookup gave no url",
+    ],
+    [
+      "the download answers 401",
+      () => (downloadAnswer = () => new Response("", { status: 401 })),
+      "whatsapp media download answered HTTP 401",
+    ],
     [
       "the download fails",
       () =>
         (downloadAnswer = () => {
           throw new TypeError(`connect failed (token ${ACCESS_TOKEN})`);
         }),
+      "whatsapp media download failed: TypeError: connect failed (token [redacted])",
     ],
   ];
-  for (const [what, arrange] of failures) {
-    it(`answers 502 when ${what}, never echoing the token`, async () => {
+  for (const [what, arrange, why] of failures) {
+    it(`answers 502 when ${what}, saying why and never echoing the token`, async () => {
       const { request } = await handedOff(imageMessage);
       arrange();
       const response = await fetchAttachment(request.message.attachments[0].path, request.run_token);
+      const text = await response.text();
       expect(response.status).toBe(502);
-      expectNoneOf(await response.text(), [ACCESS_TOKEN]);
+      expect(JSON.parse(text).error.message).toBe(why);
+      expectNoneOf(text, [ACCESS_TOKEN]);
+    });
+  }
+
+  // [what, the variables since, the invalid-configuration log lines: platform and error]
+  const unconfigured: [string, Record<string, string>, [string, unknown][]][] = [
+    ["WhatsApp was turned off since (its secrets removed)", { AGENT_URL, AGENT_TOKEN }, []],
+    [
+      "WhatsApp's settings broke since (the access token removed)",
+      config({ AGENT_URL, AGENT_TOKEN, WHATSAPP_ACCESS_TOKEN: "" }),
+      [["whatsapp", expect.stringContaining("WHATSAPP_ACCESS_TOKEN")]],
+    ],
+  ];
+  for (const [what, vars, invalidLines] of unconfigured) {
+    it(`answers 502 'whatsapp is not configured' when ${what}, calling no Meta API`, async () => {
+      const { request } = await handedOff(imageMessage);
+      useConfig(vars);
+      const lines: any[] = [];
+      const capture = (...args: unknown[]) => void lines.push(JSON.parse(String(args[0])));
+      const spies = [
+        vi.spyOn(console, "error").mockImplementation(capture),
+        vi.spyOn(console, "warn").mockImplementation(capture),
+      ];
+      const before = outbound.calls.length;
+      const error = await errorOf(await fetchAttachment(request.message.attachments[0].path, request.run_token));
+      for (const spy of spies) spy.mockRestore();
+      expect(error).toEqual({ status: 502, code: "bad_gateway", message: "whatsapp is not configured" });
+      expect(outbound.calls.length).toBe(before);
+      // The operator sees which platform's settings are broken, and which key.
+      const invalid = lines.filter((line) => line.msg === "replies not sent: invalid configuration");
+      expect(invalid.map((line) => [line.platform, line.error])).toEqual(invalidLines);
+      expect(lines.filter((line) => line.msg === "attachment not served")).toEqual([
+        expect.objectContaining({
+          level: "warn",
+          platform: "whatsapp",
+          status: 502,
+          error: "whatsapp is not configured",
+        }),
+      ]);
     });
   }
 
