@@ -279,13 +279,23 @@ export function promoteExpired(
 }
 
 /** Reopens a recoverable row (same id, transcript kept) while its policy has not expired. */
-export function reopenRecoverable(sessionId: string, liveSince: number, sweepAt: number | null): Statement<number> {
+export function reopenRecoverable(
+  sessionId: string,
+  sessionKey: string,
+  liveSince: number,
+  sweepAt: number | null,
+): Statement<number> {
+  // Spec invariant 5: only the key's newest row is reopened. An entry left pointing at
+  // an older released row (its object was killed after D1 stored the `/new` that
+  // followed it) misses here and rereads, so the key never gets two live rows.
   return exec(
     `UPDATE sessions SET end_reason = NULL, ended_at = NULL, sweep_at = ?
-      WHERE id = ? AND end_reason IN (${RECOVERABLE_SQL}) AND last_active_at >= ?`,
+      WHERE id = ? AND end_reason IN (${RECOVERABLE_SQL}) AND last_active_at >= ?
+        AND id = (SELECT id FROM sessions WHERE session_key = ? ORDER BY started_at DESC LIMIT 1)`,
     sweepAt,
     sessionId,
     sqlTime(liveSince),
+    sessionKey,
   );
 }
 

@@ -244,14 +244,19 @@ export class Inbound {
                 // An end written by SQL did not revoke the row's runs: they end with it
                 // before it reopens (a no-op when the gateway ended it).
                 revokeRuns(decision.sessionId),
-                reopenRecoverable(decision.sessionId, since, deadline(policy, row!.lastActiveAt)),
+                reopenRecoverable(decision.sessionId, message.sessionKey, since, deadline(policy, row!.lastActiveAt)),
               ]
             : [];
         const results = await ingress.batch(
           ...reopen,
           ...appendUserMessage(row!.id, userMessage, heldOpen ? Number.NEGATIVE_INFINITY : since),
         );
-        if (results[reopen.length] !== 1) continue;
+        if (results[reopen.length] !== 1) {
+          // The row changed under us, or it is not the key's newest (a stale entry): the
+          // key's newest row decides the next attempt.
+          readNewest = true;
+          continue;
+        }
         entry.adopt(entryFromRow(row!, message, this.ctx.outbox.hasRunOf(row!.id, work.runId)));
         entry.markActive(policy, now);
         return {

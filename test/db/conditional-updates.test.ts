@@ -87,7 +87,7 @@ describe("reopenRecoverable", () => {
   for (const reason of RECOVERABLE_REASONS) {
     it(`reopens ${reason} within the policy`, async () => {
       const id = await row(reason, T);
-      const [changed] = await db.batch(reopenRecoverable(id, T - 1, null));
+      const [changed] = await db.batch(reopenRecoverable(id, `generic:dm:${id}`, T - 1, null));
       expect(changed).toBe(1);
       expect(await stateOf(id)).toEqual({ endReason: null, endedAt: null });
     });
@@ -95,7 +95,21 @@ describe("reopenRecoverable", () => {
 
   it("does not reopen a recoverable row past its policy", async () => {
     const id = await row("agent_close", T);
-    const [changed] = await db.batch(reopenRecoverable(id, T + 1, null));
+    const [changed] = await db.batch(reopenRecoverable(id, `generic:dm:${id}`, T + 1, null));
+    expect(changed).toBe(0);
+    expect(await stateOf(id)).toEqual({ endReason: "agent_close", endedAt: T });
+  });
+
+  it("does not reopen a recoverable row that is not its key's newest (invariant 5)", async () => {
+    const id = await row("agent_close", T);
+    const key = `generic:dm:${id}`;
+    await env.DB.prepare(
+      `INSERT INTO sessions (id, session_key, platform, chat_type, started_at, last_active_at)
+        VALUES (?, ?, 'generic', 'dm', ?, ?)`,
+    )
+      .bind(unique("ses"), key, T, T)
+      .run();
+    const [changed] = await db.batch(reopenRecoverable(id, key, T - 1, null));
     expect(changed).toBe(0);
     expect(await stateOf(id)).toEqual({ endReason: "agent_close", endedAt: T });
   });
@@ -104,7 +118,7 @@ describe("reopenRecoverable", () => {
     it(`never touches a ${reason ?? "live"} row`, async () => {
       const id = await row(reason, T);
       const before = await stateOf(id);
-      const [changed] = await db.batch(reopenRecoverable(id, T - 1, null));
+      const [changed] = await db.batch(reopenRecoverable(id, `generic:dm:${id}`, T - 1, null));
       expect(changed).toBe(0);
       expect(await stateOf(id)).toEqual(before);
     });

@@ -32,7 +32,7 @@ import {
 } from "../helpers";
 import { OutboxTable as RouterStorage } from "../../src/routing/outbox-table";
 import { accepted, agentApi, agentConfig, CONCURRENT, fakeServices, replyWith } from "../agent/support";
-import { carriedBy, explained, firstHandedOver } from "./overlap-support";
+import { carriedBy, endBySql, explained, firstHandedOver } from "./overlap-support";
 import { COMMAND_REPLIES } from "../../src/domain/commands";
 
 const has = (fragment: string) => (sql: readonly string[]) => sql.some((s) => s.includes(fragment));
@@ -78,6 +78,28 @@ async function killedAfterNewSession(
 }
 
 describe("a kill between a new session's batch and adopting it", () => {
+  it("after /new over a row the agent released: the next message joins /new's session, the released row stays ended", async () => {
+    useConfig({ HOOK_URLS: "" });
+    const chat = unique("chat");
+    const key = genericKey(chat);
+    const first = await send({ chat_id: chat, text: "one" });
+    await endBySql(first.body.session_id, T0 + 1, "agent_close");
+    setNow(T0 + 2);
+    const fault = injectD1Fault({ afterCommit: true, match: has("INSERT INTO sessions") });
+    const command = await send({ chat_id: chat, text: "/new" });
+    expect(fault.hits()).toBe(1);
+    expect(command.status).toBeGreaterThanOrEqual(500);
+    const [, fresh] = await sessionsOfKey(key);
+    setNow(T0 + 3);
+    const next = await send({ chat_id: chat, text: "two" });
+    expect(next).toMatchObject({ status: 200, body: { session_id: fresh!.id } });
+    const rows = await sessionsOfKey(key);
+    expect(rows.map((r) => [r.id, r.end_reason])).toEqual([
+      [first.body.session_id, "agent_close"],
+      [fresh!.id, null],
+    ]);
+  });
+
   it("the next message joins the session D1 stored: the key never has two live rows", async () => {
     const { key, chat } = await killedAfterNewSession();
     const next = await send({ chat_id: chat, text: "three" });

@@ -105,9 +105,13 @@ describe("the decision each routed message is logged with", () => {
     // The agent's reply lands so nothing holds the session open past its deadline.
     await runAlarm(genericKey(chat));
     setNow(T0 + 61 * MINUTE);
+    const before = await counters();
     const next = await routed({ chat_id: chat, text: "two" });
     expect(next.body.session_id).not.toBe(first.body.session_id);
     expect(next.lines).toMatchObject([{ decision: "promoted", session_id: next.body.session_id }]);
+    // The end this message made is counted once, under its reason.
+    const ended = (counts: Record<string, any>) => counts.sessions_ended.idle ?? 0;
+    expect(ended(await counters()) - ended(before)).toBe(1);
   });
 
   it("a message after an operator's end starts a fresh session, and says fresh", async () => {
@@ -217,6 +221,25 @@ describe("a platform's resend", () => {
     expect(after.do_rows_written! - counted.do_rows_written!).toBe(4);
   });
 
+  it("a new message after the operator forgot the route joins the live session in two ingress batches", async () => {
+    services.restore();
+    services = fakeServices(() => replyWith("answered"));
+    const chat = unique("chat");
+    const key = genericKey(chat);
+    const first = await send({ chat_id: chat, text: "one" });
+    await runAlarm(key);
+    const forgotten = await adminFetch(`/admin/routes/${encodeURIComponent(key)}`, { method: "DELETE" });
+    expect(forgotten.status).toBe(200);
+    const before = await counters();
+    const next = await routed({ chat_id: chat, text: "two" });
+    const after = await counters();
+    expect(next.body.session_id).toBe(first.body.session_id);
+    expect(next.lines).toMatchObject([{ decision: "append" }]);
+    // The brand-new-key batch that finds the key's newest row, then the append: the
+    // row within its policy is not asked whether a run holds it open.
+    expect(after.d1_batches_ingress! - before.d1_batches_ingress!).toBe(2);
+  });
+
   it("after the operator forgot the route is still a duplicate of the session that holds it", async () => {
     const chat = unique("chat");
     const key = genericKey(chat);
@@ -273,6 +296,22 @@ describe("a message that waited behind a run of a session ended meanwhile", () =
     expect(call.messages.map((m: { text: string }) => m.text)).toEqual(["two"]);
     expect(call.session).toMatchObject({ id: second, is_new: true });
     expect(call.reset).toEqual({ reason: "admin", had_activity: true, previous_session_id: first });
+  });
+});
+
+describe("a new key's messages (concurrent: each its own run)", () => {
+  it("only the first run says is_new", async () => {
+    useConfig(agentConfig({ HOOK_URLS: "", OVERLAP: JSON.stringify({ mode: "concurrent" }) }));
+    const chat = unique("chat");
+    const key = genericKey(chat);
+    const first = await send({ chat_id: chat, text: "one" });
+    await send({ chat_id: chat, text: "two" });
+    await runAlarm(key);
+    const calls = services.agentCalls().map((c) => c.json);
+    expect(calls.map((c) => [c.message.text, c.session.id, c.session.is_new])).toEqual([
+      ["one", first.body.session_id, true],
+      ["two", first.body.session_id, false],
+    ]);
   });
 });
 
