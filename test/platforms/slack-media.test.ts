@@ -6,10 +6,10 @@
  * and file host are faked with `vi.spyOn(globalThis, "fetch")`.
  */
 import { exports } from "cloudflare:workers";
-import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
+import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { hmacSha256Hex } from "../../src/crypto";
 import { AGENT_TOKEN, AGENT_URL } from "../agent/support";
-import { bytesOf, errorOf, expectNoneOf, fetchAttachment } from "../attachments/support";
+import { bytesOf, errorOf, expectNoneOf, fetchAttachment, expectRefusedAsUnconfigured } from "../attachments/support";
 import audioClip from "../fixtures/slack/message-audio-clip.json";
 import botFileShare from "../fixtures/slack/message-bot-file-share.json";
 import messageChanged from "../fixtures/slack/message-changed.json";
@@ -320,23 +320,8 @@ describe("GET /v1/attachments/{id} from Slack", () => {
     it(`answers 502 'slack is not configured' when ${what}, downloading nothing`, async () => {
       const { request } = await handedOff(fileShare);
       useConfig(vars);
-      const lines: Json[] = [];
-      const capture = (...args: unknown[]) => void lines.push(JSON.parse(String(args[0])));
-      const spies = [
-        vi.spyOn(console, "error").mockImplementation(capture),
-        vi.spyOn(console, "warn").mockImplementation(capture),
-      ];
-      const before = outbound.calls.length;
-      const error = await errorOf(await fetchAttachment(request.message.attachments[0].path, request.run_token));
-      for (const spy of spies) spy.mockRestore();
-      expect(error).toEqual({ status: 502, code: "bad_gateway", message: "slack is not configured" });
-      expect(outbound.calls.length).toBe(before);
-      // The operator sees which platform's settings are broken, and which key.
-      const invalid = lines.filter((line) => line.msg === "replies not sent: invalid configuration");
-      expect(invalid.map((line) => [line.platform, line.error])).toEqual(invalidLines);
-      expect(lines.filter((line) => line.msg === "attachment not served")).toEqual([
-        expect.objectContaining({ level: "warn", platform: "slack", status: 502, error: "slack is not configured" }),
-      ]);
+      const download = () => fetchAttachment(request.message.attachments[0].path, request.run_token);
+      await expectRefusedAsUnconfigured("slack", download, outbound, invalidLines);
     });
   }
 

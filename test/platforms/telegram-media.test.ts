@@ -7,7 +7,7 @@
 import { exports } from "cloudflare:workers";
 import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
 import { AGENT_TOKEN, AGENT_URL } from "../agent/support";
-import { bytesOf, errorOf, expectNoneOf, fetchAttachment } from "../attachments/support";
+import { bytesOf, errorOf, expectNoneOf, fetchAttachment, expectRefusedAsUnconfigured } from "../attachments/support";
 import animation from "../fixtures/telegram/animation.json";
 import audioEdited from "../fixtures/telegram/audio-edited.json";
 import documentForwarded from "../fixtures/telegram/document-forwarded.json";
@@ -342,28 +342,8 @@ describe("GET /v1/attachments/{id} from Telegram", () => {
     it(`answers 502 'telegram is not configured' when ${what}, calling no Bot API`, async () => {
       const { request } = await handedOff(photoCaption);
       useConfig(vars);
-      const lines: any[] = [];
-      const capture = (...args: unknown[]) => void lines.push(JSON.parse(String(args[0])));
-      const spies = [
-        vi.spyOn(console, "error").mockImplementation(capture),
-        vi.spyOn(console, "warn").mockImplementation(capture),
-      ];
-      const before = outbound.calls.length;
-      const error = await errorOf(await fetchAttachment(request.message.attachments[0].path, request.run_token));
-      for (const spy of spies) spy.mockRestore();
-      expect(error).toEqual({ status: 502, code: "bad_gateway", message: "telegram is not configured" });
-      expect(outbound.calls.length).toBe(before);
-      // The operator sees which platform's settings are broken, and which key.
-      const invalid = lines.filter((line) => line.msg === "replies not sent: invalid configuration");
-      expect(invalid.map((line) => [line.platform, line.error])).toEqual(invalidLines);
-      expect(lines.filter((line) => line.msg === "attachment not served")).toEqual([
-        expect.objectContaining({
-          level: "warn",
-          platform: "telegram",
-          status: 502,
-          error: "telegram is not configured",
-        }),
-      ]);
+      const download = () => fetchAttachment(request.message.attachments[0].path, request.run_token);
+      await expectRefusedAsUnconfigured("telegram", download, outbound, invalidLines);
     });
   }
 });

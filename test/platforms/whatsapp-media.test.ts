@@ -7,10 +7,10 @@
  * `vi.spyOn(globalThis, "fetch")`.
  */
 import { exports } from "cloudflare:workers";
-import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
+import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { hmacSha256Hex } from "../../src/crypto";
 import { AGENT_TOKEN, AGENT_URL } from "../agent/support";
-import { bytesOf, errorOf, expectNoneOf, fetchAttachment } from "../attachments/support";
+import { bytesOf, errorOf, expectNoneOf, fetchAttachment, expectRefusedAsUnconfigured } from "../attachments/support";
 import audioVoice from "../fixtures/whatsapp/audio-voice.json";
 import bsuidText from "../fixtures/whatsapp/bsuid-text.json";
 import documentForwarded from "../fixtures/whatsapp/document-forwarded.json";
@@ -343,28 +343,8 @@ describe("GET /v1/attachments/{id} from WhatsApp", () => {
     it(`answers 502 'whatsapp is not configured' when ${what}, calling no Meta API`, async () => {
       const { request } = await handedOff(imageMessage);
       useConfig(vars);
-      const lines: any[] = [];
-      const capture = (...args: unknown[]) => void lines.push(JSON.parse(String(args[0])));
-      const spies = [
-        vi.spyOn(console, "error").mockImplementation(capture),
-        vi.spyOn(console, "warn").mockImplementation(capture),
-      ];
-      const before = outbound.calls.length;
-      const error = await errorOf(await fetchAttachment(request.message.attachments[0].path, request.run_token));
-      for (const spy of spies) spy.mockRestore();
-      expect(error).toEqual({ status: 502, code: "bad_gateway", message: "whatsapp is not configured" });
-      expect(outbound.calls.length).toBe(before);
-      // The operator sees which platform's settings are broken, and which key.
-      const invalid = lines.filter((line) => line.msg === "replies not sent: invalid configuration");
-      expect(invalid.map((line) => [line.platform, line.error])).toEqual(invalidLines);
-      expect(lines.filter((line) => line.msg === "attachment not served")).toEqual([
-        expect.objectContaining({
-          level: "warn",
-          platform: "whatsapp",
-          status: 502,
-          error: "whatsapp is not configured",
-        }),
-      ]);
+      const download = () => fetchAttachment(request.message.attachments[0].path, request.run_token);
+      await expectRefusedAsUnconfigured("whatsapp", download, outbound, invalidLines);
     });
   }
 
