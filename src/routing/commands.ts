@@ -14,7 +14,6 @@ import {
   promoteExpired,
   selectDedupe,
   selectNewestForKey,
-  selectSession,
   type NewSession,
 } from "../db/sessions";
 import { COMMAND_REPLIES, type Command } from "../domain/commands";
@@ -54,9 +53,11 @@ export class Commands {
     const db = this.ctx.db.on("ingress");
     const eventStatus = eventStatusFor(this.ctx);
     for (let attempt = 0; attempt < MAX_ROUTING_ATTEMPTS; attempt++) {
-      const known = entry.entry;
+      // The key's newest row, not the entry's (spec invariant 5): an entry left naming an
+      // older row (its object was killed after D1 stored the session that followed it)
+      // would have the command stop nothing, or start nothing, for good.
       const [rows, seen] = await db.batch(
-        known ? selectSession(db, known.sessionId) : selectNewestForKey(db, message.sessionKey),
+        selectNewestForKey(db, message.sessionKey),
         selectDedupe(message.platform, message.eventId, now),
       );
       if (seen[0]) {

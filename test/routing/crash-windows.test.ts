@@ -78,7 +78,8 @@ async function killedAfterNewSession(
 }
 
 describe("a kill between a new session's batch and adopting it", () => {
-  it("after /new over a row the agent released: the next message joins /new's session, the released row stays ended", async () => {
+  /** A row the agent released, then `/new` whose batch D1 committed before the object died: the entry still names the released row. */
+  async function releasedThenKilledNew() {
     useConfig({ HOOK_URLS: "" });
     const chat = unique("chat");
     const key = genericKey(chat);
@@ -91,12 +92,38 @@ describe("a kill between a new session's batch and adopting it", () => {
     expect(command.status).toBeGreaterThanOrEqual(500);
     const [, fresh] = await sessionsOfKey(key);
     setNow(T0 + 3);
-    const next = await send({ chat_id: chat, text: "two" });
-    expect(next).toMatchObject({ status: 200, body: { session_id: fresh!.id } });
+    return { chat, key, released: first.body.session_id as string, fresh: fresh!.id };
+  }
+
+  it("after /new over a row the agent released, /stop stops /new's session", async () => {
+    const { chat, key, released, fresh } = await releasedThenKilledNew();
+    const stop = await send({ chat_id: chat, text: "/stop" });
+    expect(stop).toMatchObject({ status: 200, body: { session_id: fresh } });
+    expect((await sessionsOfKey(key)).map((r) => [r.id, r.end_reason])).toEqual([
+      [released, "agent_close"],
+      [fresh, "suspended"],
+    ]);
+  });
+
+  it("after /new over a row the agent released, another /new replaces /new's session", async () => {
+    const { chat, key, released, fresh } = await releasedThenKilledNew();
+    const again = await send({ chat_id: chat, text: "/new" });
+    expect(again.status).toBe(200);
     const rows = await sessionsOfKey(key);
     expect(rows.map((r) => [r.id, r.end_reason])).toEqual([
-      [first.body.session_id, "agent_close"],
-      [fresh!.id, null],
+      [released, "agent_close"],
+      [fresh, "new_command"],
+      [again.body.session_id, null],
+    ]);
+  });
+
+  it("after /new over a row the agent released: the next message joins /new's session, the released row stays ended", async () => {
+    const { chat, key, released, fresh } = await releasedThenKilledNew();
+    const next = await send({ chat_id: chat, text: "two" });
+    expect(next).toMatchObject({ status: 200, body: { session_id: fresh } });
+    expect((await sessionsOfKey(key)).map((r) => [r.id, r.end_reason])).toEqual([
+      [released, "agent_close"],
+      [fresh, null],
     ]);
   });
 
