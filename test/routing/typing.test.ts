@@ -307,6 +307,33 @@ describe("Telegram: at dispatch, then every 4 s while the run owns its session",
     }
   });
 
+  it("an invalid configuration deployed while a run types: the alarm logs that it could not look at typing, and why, and typing goes on once it is mended", async () => {
+    const errors = vi.spyOn(console, "error").mockImplementation(() => undefined);
+    try {
+      const key = newKey();
+      await route(telegram(key, chatIdOf()));
+      expect(typingCalls()).toHaveLength(1);
+      useConfig(typingConfig({ GROUP_SESSIONS_PER_USER: "sometimes" }));
+      setNow(T0 + TYPING_EVERY_MS);
+      await runAlarm(key);
+      // No call is made with a configuration that does not parse.
+      expect(typingCalls()).toHaveLength(1);
+      expect(warnings(errors)).toContainEqual(
+        expect.objectContaining({
+          level: "error",
+          msg: "alarm: could not look at typing",
+          error: expect.stringContaining("GROUP_SESSIONS_PER_USER"),
+        }),
+      );
+      // Once the configuration is mended, the alarm comes back and typing goes on.
+      useConfig(typingConfig());
+      await alarmAt(key, (await alarmOf(key))!);
+      expect(typingCalls()).toHaveLength(2);
+    } finally {
+      errors.mockRestore();
+    }
+  });
+
   it("a hand-off retried after the agent was down keeps typing from its first dispatch: the 10 minutes count from there", async () => {
     let attempts = 0;
     agent = () =>
