@@ -7,10 +7,10 @@
  * session cannot be read.
  */
 import { runInDurableObject } from "cloudflare:test";
-import { describe, expect, it } from "vitest";
+import { describe, expect, it, vi } from "vitest";
 import { backoffDelay } from "../../src/http/backoff";
 import { AlarmPlan, type AlarmSources } from "../../src/routing/alarm";
-import { T0, router, unique } from "../helpers";
+import { T0, loggedLines, router, unique } from "../helpers";
 
 type Sources = Omit<AlarmSources, "now" | "settleFailures">;
 const NOTHING: Sources = { nextDueAt: null, draining: false, liveDeadline: null, hasEntry: false };
@@ -57,6 +57,30 @@ describe("armBy: staged work brings the alarm forward at once", () => {
       expect(await storage.getAlarm()).toBe(T0 + 1_000);
       // What operator reads (explain's alarm_at) show.
       expect(await woken.stored()).toBe(T0 + 1_000);
+    }));
+
+  it("a storage that refuses the alarm is logged with its error; the staging that asked goes on", () =>
+    withPlan(async (_plan, storage, sources) => {
+      // The real storage, but its setAlarm refuses (as an overloaded or failing storage would).
+      const refusing = new Proxy(storage, {
+        get: (target, name) =>
+          name === "setAlarm"
+            ? () => Promise.reject(new Error("storage refused the alarm"))
+            : Reflect.get(target, name).bind(target),
+      });
+      const errors = vi.spyOn(console, "error").mockImplementation(() => undefined);
+      try {
+        const plan = new AlarmPlan(refusing, () => sources.now);
+        await plan.load();
+        expect(() => plan.armBy(T0 + 5_000, T0)).not.toThrow();
+        await vi.waitFor(() => expect(loggedLines(errors, "could not set the alarm")).toHaveLength(1));
+        expect(loggedLines(errors, "could not set the alarm")).toEqual([
+          expect.objectContaining({ level: "error", error: expect.stringContaining("storage refused the alarm") }),
+        ]);
+        expect(await storage.getAlarm()).toBeNull();
+      } finally {
+        errors.mockRestore();
+      }
     }));
 });
 
