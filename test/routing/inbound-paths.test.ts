@@ -138,6 +138,21 @@ describe("the decision each routed message is logged with", () => {
     expect(await duplicatesCounted()).toBe(before + 1);
   });
 
+  it("a reused event id of a /stop on a key never seen, sent again as a message, is a duplicate that names and starts no session", async () => {
+    const chat = unique("chat");
+    const stop = await send({ chat_id: chat, text: "/stop" });
+    expect(stop.body).toEqual({ accepted: true, session_id: null, duplicate: false });
+    const before = await duplicatesCounted();
+    const reused = await routed({ chat_id: chat, text: "hello", event_id: stop.eventId });
+    expect(reused.status).toBe(200);
+    expect(reused.body).toMatchObject({ accepted: true, duplicate: true });
+    // No session is named (the mark of a /stop that found nothing holds none): "" on this path.
+    expect(["", null]).toContain(reused.body.session_id);
+    expect(reused.lines).toMatchObject([{ decision: "duplicate" }]);
+    expect(await sessionsOfKey(genericKey(chat))).toEqual([]);
+    expect(await duplicatesCounted()).toBe(before + 1);
+  });
+
   it("a command D1 refuses is answered 503 with the error alone, and logged as not routed", async () => {
     const chat = unique("chat");
     await send({ chat_id: chat, text: "one" });
