@@ -15,7 +15,7 @@ import { afterEach, beforeEach, expect, it, vi } from "vitest";
 import { injectD1Fault } from "../../src/db/client";
 import { COMMAND_REPLIES } from "../../src/domain/commands";
 import { T0, genericKey, loggedLines, restoreClock, router, send, setNow, unique, useConfig } from "../helpers";
-import { agentApi, agentConfig, fakeServices } from "../agent/support";
+import { accepted, agentApi, agentConfig, fakeServices } from "../agent/support";
 import { sessionAnswer } from "./overlap-support";
 
 let services: ReturnType<typeof fakeServices> | null = null;
@@ -89,4 +89,25 @@ it("a command whose batch D1 refused while its answer waited for the lock: the a
   expect(loggedLines(errors, "outbox item failed")).toEqual([]);
   expect(agent.replies()).toEqual([]);
   expect((await router(key).outbox()).map((item) => item.kind)).toEqual(["run"]);
+});
+
+it("a run API reply whose batch D1 refused is not sent: the drain that took it up waited for D1's word; the agent's retry is sent once", async () => {
+  const agent = fakeServices(() => accepted());
+  services = agent;
+  const chat = unique("chat");
+  const key = genericKey(chat);
+  await send({ chat_id: chat, text: "one" });
+  await router(key).drained();
+  const { run_id, run_token } = agent.agentCalls()[0]!.json;
+  // D1 refuses the reply's batch (it writes the delivery's row); staging the reply before it started a drain.
+  const fault = injectD1Fault({ match: (sql) => sql.some((s) => s.includes("INSERT INTO deliveries")) });
+  expect((await agentApi(`/v1/runs/${run_id}/reply`, run_token, { text: "answer" })).status).toBe(503);
+  await router(key).drained();
+  expect(fault.hits()).toBe(1);
+  expect(agent.replies()).toEqual([]);
+  // The agent retries, as a 503 asks: the reply is recorded and sent once.
+  expect((await agentApi(`/v1/runs/${run_id}/reply`, run_token, { text: "answer" })).status).toBe(200);
+  await router(key).drained();
+  expect(agent.replies().map((r) => r.text)).toEqual(["answer"]);
+  expect(await router(key).outbox()).toEqual([]);
 });
