@@ -12,6 +12,7 @@ import { classify, sendDiscord } from "../../src/platforms/discord/send";
 import {
   conversationOf,
   firstStringOption,
+  interactionAttachments,
   interactionText,
   snowflakeTime,
   type CommandInteraction,
@@ -227,6 +228,20 @@ describe("reading an interaction", () => {
     });
     expect(await refusal(guild)).toEqual({ status: 400, message: "channel_id is required for this interaction" });
     expect(await refusal({})).toEqual({ status: 400, message: "user.id is required for this interaction" });
+  });
+
+  it("an attachment option whose value is not an id string is no attachment: the command is read without it, not refused", () => {
+    // Discord sends an attachment option's value as the snowflake string of its entry in data.resolved.
+    const malformed = command({ data: { name: "ask", options: [{ type: 11, name: "file", value: 12 }] } });
+    expect(interactionAttachments(malformed)).toEqual([]);
+    const listed = command({
+      data: {
+        name: "ask",
+        options: [{ type: 11, name: "file", value: 12 }],
+        resolved: { attachments: { "12": { id: "12", filename: "a.txt", url: "https://cdn.discordapp.test/a.txt" } } },
+      },
+    });
+    expect(interactionAttachments(listed)).toEqual([]);
   });
 
   it("a DM interaction's user comes from user, else member.user", () => {
