@@ -14,10 +14,12 @@ export interface NewRun {
   createdAt: number;
   /** JSON of the routed message it hands over (no token). */
   message: string;
+  /** Its hand-off says `is_new`: the session's first run. */
+  isNew: boolean;
 }
 
 /** The columns a new run is inserted with, and their values in that order. */
-const RUN_COLUMNS = "id, session_id, session_key, event_id, token_hash, reply_to, created_at, message";
+const RUN_COLUMNS = "id, session_id, session_key, event_id, token_hash, reply_to, created_at, message, is_new";
 const runValues = (run: NewRun) => [
   run.id,
   run.sessionId,
@@ -27,6 +29,7 @@ const runValues = (run: NewRun) => [
   run.replyTo,
   run.createdAt,
   run.message,
+  run.isNew ? 1 : 0,
 ];
 
 /**
@@ -36,7 +39,10 @@ const runValues = (run: NewRun) => [
  */
 export function dispatchRun(run: NewRun, now: number): Statement<number>[] {
   return [
-    exec(`INSERT INTO runs (${RUN_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING`, ...runValues(run)),
+    exec(
+      `INSERT INTO runs (${RUN_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING`,
+      ...runValues(run),
+    ),
     exec(
       `UPDATE sessions SET current_run_id = ? WHERE id = ? AND end_reason IS NULL
         AND NOT EXISTS (SELECT 1 FROM runs WHERE id = ? AND (dispatched_at IS NOT NULL OR revoked_reason IS NOT NULL))`,
@@ -319,7 +325,7 @@ export function recordInstantTurn(run: NewRun, reply: ReplyRecord): Statement<un
   return [
     exec(
       `INSERT INTO runs (${RUN_COLUMNS}, dispatched_at, finished_at, reply_text, attempts)
-        VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1) ON CONFLICT DO NOTHING`,
+        VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1) ON CONFLICT DO NOTHING`,
       ...runValues(run),
       reply.now,
       reply.now,

@@ -200,6 +200,11 @@ export const runs = sqliteTable(
      * `messages`); null for a run that carries only `message`.
      */
     messages: text(),
+    /**
+     * Whether its hand-off said `is_new` (the session's first run), so an operator's
+     * retry hands it over as it first went; null for a run written before it existed.
+     */
+    isNew: integer({ mode: "boolean" }),
   },
   // Only unfinished, unrevoked runs are ever looked up by session (to revoke or move
   // them), so only they are indexed: a run answered at once costs no index write.

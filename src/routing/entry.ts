@@ -43,13 +43,17 @@ export function entryFromRow(row: SessionRow, message: Pick<RoutedMessage, "sess
     chatType: row.chatType,
     sessionId: row.id,
     parentId: row.parentSessionId,
-    reset:
-      row.previousSessionId && row.resetReason
-        ? { reason: row.resetReason, had_activity: !!row.resetHadActivity, previous_session_id: row.previousSessionId }
-        : null,
+    reset: resetOf(row),
     firstRunPending: row.currentRunId === null && !runStaged,
     noticeOwed: row.noticePending !== null,
   };
+}
+
+/** Why the session replaced the one before it, as its row keeps it (null for a first session). */
+export function resetOf(row: SessionRow): Entry["reset"] {
+  return row.previousSessionId && row.resetReason
+    ? { reason: row.resetReason, had_activity: !!row.resetHadActivity, previous_session_id: row.previousSessionId }
+    : null;
 }
 
 /** The entry of a session just inserted (`replaced`: the session it replaced, if any). */

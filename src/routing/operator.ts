@@ -14,6 +14,7 @@ import type { RoutedMessage } from "../domain/inbound";
 import { deadline } from "../domain/reset-policy";
 import type { AlarmPlan } from "./alarm";
 import { dispatchWork, policyFor, stageEvents, type RouterContext } from "./context";
+import { resetOf } from "./entry";
 import { conflict, notFound, type EntryView, type ErrorBody, type ExplainState, type RpcResult } from "./results";
 import type { Settlement } from "./settlement";
 import type { Turns } from "./turns";
@@ -117,11 +118,12 @@ export class Operator {
       return conflict("session_ended", `the session of run ${runId} has ended: its reply could land nowhere`);
     }
     if (!run.message) return conflict("not_retryable", `run ${runId} predates retries (no message kept)`);
+    // Handed over as it first went: a session's first run is still `is_new`, with its reset.
     const base = dispatchWork(runId, JSON.parse(run.message) as RoutedMessage, {
       sessionId: session.id,
-      isNew: false,
+      isNew: run.isNew === true,
       parentId: session.parentSessionId,
-      reset: null,
+      reset: run.isNew ? resetOf(session) : null,
     });
     // A run that carried several messages is handed over with all of them again.
     const work = run.messages ? { ...base, messages: JSON.parse(run.messages) as RoutedMessage[] } : base;

@@ -123,5 +123,6 @@ export async function newRunOf(work: RunWork): Promise<NewRun> {
     replyTo: JSON.stringify(work.message.replyTo),
     createdAt: work.message.receivedAt,
     message: JSON.stringify(work.message),
+    isNew: work.isNew,
   };
 }

@@ -59,6 +59,7 @@ async function run(sessionId: string, eventId: string): Promise<string> {
     replyTo: JSON.stringify({ platform: "generic" }),
     createdAt: T,
     message: "{}",
+    isNew: false,
   };
   await db.batch(...dispatchRun(newRun, T));
   return id;

@@ -61,6 +61,7 @@ function run(overrides: Partial<RunRow> = {}): RunRow {
     acceptedAt: T,
     message: null,
     messages: null,
+    isNew: false,
     ...overrides,
   };
 }

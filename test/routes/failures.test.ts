@@ -146,6 +146,39 @@ describe("runs_failed and POST /admin/runs/{id}/retry", () => {
     expect(agentCalls()).toHaveLength(2);
   });
 
+  it("the retry hands a run over as it first went: a session's first run is still is_new with its reset, a later run is not", async () => {
+    useConfig(agentConfig({ HOOK_URLS: "", SESSION_RESET: JSON.stringify({ mode: "idle", idle_minutes: 60 }) }));
+    agentAnswer = (request) =>
+      ["refused", "also refused"].includes(request.json.message.text)
+        ? new Response("bad", { status: 400 })
+        : replyWith("fine");
+    const chat = unique("chat");
+    const key = genericKey(chat);
+    const old = await send({ chat_id: chat, text: "hello" });
+    await runAlarm(key);
+    // Two hours on, the idle reset: the fresh session's first run is refused, and so is its second.
+    setNow(T0 + 120 * MINUTE);
+    const fresh = await send({ chat_id: chat, text: "refused" });
+    await runAlarm(key);
+    setNow(T0 + 121 * MINUTE);
+    await send({ chat_id: chat, text: "also refused" });
+    await runAlarm(key);
+    const [first, second] = (await view(fresh.body.session_id)).runs;
+    expect([first.status, second.status]).toEqual(["failed", "failed"]);
+    const handedFirst = agentCalls().find((c) => c.json.run_id === first.run_id)!.json;
+    const reset = { reason: "idle", had_activity: true, previous_session_id: old.body.session_id };
+    expect([handedFirst.session.is_new, handedFirst.reset]).toEqual([true, reset]);
+
+    setNow(T0 + 122 * MINUTE);
+    for (const run of [first, second]) expect((await post(`/admin/runs/${run.run_id}/retry`)).status).toBe(200);
+    await runAlarm(key);
+    const retried = agentCalls().slice(-2);
+    expect(retried.map((c) => [c.json.run_id, c.json.session.is_new, c.json.reset])).toEqual([
+      [first.run_id, true, reset],
+      [second.run_id, false, null],
+    ]);
+  });
+
   it("404 for an unknown run, 409 for one still running", async () => {
     agentAnswer = () => accepted();
     expect((await post(`/admin/runs/run_${unique("nope")}/retry`)).status).toBe(404);
