@@ -118,12 +118,14 @@ export class Operator {
       return conflict("session_ended", `the session of run ${runId} has ended: its reply could land nowhere`);
     }
     if (!run.message) return conflict("not_retryable", `run ${runId} predates retries (no message kept)`);
-    // Handed over as it first went: a session's first run is still `is_new`, with its reset.
+    // Handed over as it first went: a session's first run is still `is_new`, with its
+    // reset. A run a rotation moved on is in a continuation, which has no first run.
+    const isNew = run.isNew === true && session.parentSessionId === null;
     const base = dispatchWork(runId, JSON.parse(run.message) as RoutedMessage, {
       sessionId: session.id,
-      isNew: run.isNew === true,
+      isNew,
       parentId: session.parentSessionId,
-      reset: run.isNew ? resetOf(session) : null,
+      reset: isNew ? resetOf(session) : null,
     });
     // A run that carried several messages is handed over with all of them again.
     const work = run.messages ? { ...base, messages: JSON.parse(run.messages) as RoutedMessage[] } : base;

@@ -179,6 +179,32 @@ describe("runs_failed and POST /admin/runs/{id}/retry", () => {
     ]);
   });
 
+  it("a failed first run a rotation moved on is retried in the continuation, which has no first run: not is_new", async () => {
+    agentAnswer = (request) =>
+      request.json.message.text === "refused" ? new Response("bad", { status: 400 }) : accepted();
+    const chat = unique("chat");
+    const key = genericKey(chat);
+    const sent = await send({ chat_id: chat, text: "refused" });
+    await runAlarm(key);
+    const first = agentCalls()[0]!.json;
+    expect(first.session.is_new).toBe(true);
+    await send({ chat_id: chat, text: "two" });
+    await runAlarm(key);
+    const second = agentCalls()[1]!.json;
+    const rotated = await agentApi(`/v1/sessions/${sent.body.session_id}/rotate`, second.run_token, {
+      reason: "compression",
+    });
+    expect(rotated.status).toBe(200);
+    expect((await post(`/admin/runs/${first.run_id}/retry`)).status).toBe(200);
+    await runAlarm(key);
+    const retried = agentCalls().at(-1)!.json;
+    expect([retried.run_id, retried.session, retried.reset]).toEqual([
+      first.run_id,
+      { id: rotated.body.session_id, key, is_new: false, parent_id: sent.body.session_id },
+      null,
+    ]);
+  });
+
   it("404 for an unknown run, 409 for one still running", async () => {
     agentAnswer = () => accepted();
     expect((await post(`/admin/runs/run_${unique("nope")}/retry`)).status).toBe(404);
