@@ -94,6 +94,34 @@ describe("the sender without its settings", () => {
   });
 });
 
+/** Resolves after `ms`, or rejects as fetch does when the caller's `signal` aborts first. */
+function answerAfter(ms: number, signal: AbortSignal | null | undefined): Promise<void> {
+  return new Promise((resolve, reject) => {
+    const timer = setTimeout(resolve, ms);
+    signal?.addEventListener("abort", () => {
+      clearTimeout(timer);
+      reject(signal.reason);
+    });
+  });
+}
+
+describe("a Bot API slow to answer", () => {
+  it("is waited for: a reply and a typing call answered after a moment are each made once, and succeed", async () => {
+    const fake = vi.mocked(globalThis.fetch).getMockImplementation()!;
+    vi.mocked(globalThis.fetch).mockImplementation(async (input, init) => {
+      await answerAfter(50, init?.signal);
+      return fake(input, init);
+    });
+    // Given up on, the reply would be retried: the chat would show it twice.
+    expect(await sendTelegram(reply({ chat_id: 12 }), settings)).toMatchObject({ ok: true, error: null });
+    expect(await sendTelegramTyping({ platform: "telegram", chat_id: 12 }, settings)).toMatchObject({ ok: true });
+    expect(outbound.calls.map((c) => c.url)).toEqual([
+      `${API}/bot${TOKEN}/sendMessage`,
+      `${API}/bot${TOKEN}/sendChatAction`,
+    ]);
+  });
+});
+
 describe("a webhook without its secret header", () => {
   it("is refused 401 whatever the secret, even one spelled null", async () => {
     const input = {
