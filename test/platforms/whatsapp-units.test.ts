@@ -1,12 +1,15 @@
 /**
  * WhatsApp's sender one piece at a time, where whatsapp.test.ts (end to end)
  * cannot reach every case: reply targets refused before any call (for replies
- * and the typing indicator), and a long reply whose later part fails.
+ * and the typing indicator), a long reply whose later part fails, and the sender
+ * once WhatsApp is turned off or misconfigured.
  */
-import { afterEach, beforeEach, describe, expect, it } from "vitest";
+import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
+import { whatsapp } from "../../src/platforms/whatsapp";
 import { sendWhatsApp, WHATSAPP_TEXT_LIMIT } from "../../src/platforms/whatsapp/send";
 import { sendWhatsAppTyping } from "../../src/platforms/whatsapp/typing";
-import { captureFetch, type Captured } from "../helpers";
+import type { PlatformEnv } from "../../src/platforms/types";
+import { captureFetch, loggedLines, type Captured } from "../helpers";
 import { outboundReply } from "./outbound";
 
 const settings = { accessToken: "wa-unit-token", phoneNumberId: "1000", apiBase: "https://graph.test" };
@@ -73,5 +76,55 @@ describe("a reply longer than one message", () => {
     expect(outcome).toMatchObject({ ok: false, retryable: false, status: 503 });
     expect(outcome.error).toMatch(/^part 2 of 2 not sent: /);
     expect(outbound.calls).toHaveLength(3);
+  });
+});
+
+describe("the sender once WhatsApp is turned off or misconfigured", () => {
+  const config = {} as never;
+  const target = { platform: "whatsapp", to: "4915100079946", phone_number_id: "1000" };
+  const configured = {
+    WHATSAPP_VERIFY_TOKEN: "v",
+    WHATSAPP_APP_SECRET: "s",
+    WHATSAPP_ACCESS_TOKEN: settings.accessToken,
+    WHATSAPP_PHONE_NUMBER_ID: settings.phoneNumberId,
+    WHATSAPP_API_BASE: settings.apiBase,
+  };
+  const { WHATSAPP_APP_SECRET: _, ...misconfigured } = configured;
+  const unconfigured = { ok: false, retryable: false, retryAfterMs: null, status: null };
+
+  it("turned off: nothing can be delivered, and a reply or typing indicator fails for good without a call", async () => {
+    const off = {} as PlatformEnv;
+    const sender = whatsapp.sender;
+    expect(sender.canDeliver(target, config, configured)).toBe(true);
+    expect(sender.canDeliver(target, config, off)).toBe(false);
+    expect(await sender.send(reply(target), config, off)).toEqual({
+      ...unconfigured,
+      error: "whatsapp is not configured",
+    });
+    expect(await sender.typing!.send(target, "wamid.in", config, off)).toEqual({
+      ...unconfigured,
+      error: "whatsapp is not configured",
+    });
+    expect(outbound.calls).toEqual([]);
+  });
+
+  it("misconfigured: the same, and each attempt is logged naming WhatsApp and the missing key", async () => {
+    const errors = vi.spyOn(console, "error").mockImplementation(() => undefined);
+    try {
+      const sender = whatsapp.sender;
+      expect(sender.canDeliver(target, config, misconfigured)).toBe(false);
+      expect(await sender.send(reply(target), config, misconfigured)).toMatchObject({
+        error: "whatsapp is not configured",
+      });
+      expect(await sender.typing!.send(target, "wamid.in", config, misconfigured)).toMatchObject({
+        error: "whatsapp is not configured",
+      });
+      const lines = loggedLines(errors, "replies not sent: invalid configuration");
+      expect(lines.map((line) => line.platform)).toEqual(["whatsapp", "whatsapp", "whatsapp"]);
+      for (const line of lines) expect(line.error).toContain("WHATSAPP_APP_SECRET");
+      expect(outbound.calls).toEqual([]);
+    } finally {
+      errors.mockRestore();
+    }
   });
 });
