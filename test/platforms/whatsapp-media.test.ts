@@ -223,7 +223,25 @@ describe("users without a phone number (BSUID)", () => {
     const before = await tableCounts();
     const response = await post(body);
     expect(response.status).toBe(400);
-    expect(((await response.json()) as any).error.message).toContain("entry.0.changes.0.value.messages.0.from");
+    expect(((await response.json()) as any).error).toEqual({
+      code: "invalid_body",
+      message: "entry.0.changes.0.value.messages.0.from: a message needs from or from_user_id",
+    });
+    expect(await tableCounts()).toEqual(before);
+  });
+
+  it("answers 400 to a message without any BSUID of its own when the delivery names two users: it does not guess", async () => {
+    const one = delivery(bsuidText);
+    const two = delivery(bsuidText);
+    const value = one.body.entry[0].changes[0].value;
+    value.contacts.push(...two.body.entry[0].changes[0].value.contacts);
+    delete value.messages[0].from_user_id;
+    const before = await tableCounts();
+    const response = await post(one.body);
+    expect(response.status).toBe(400);
+    expect(((await response.json()) as any).error.message).toBe(
+      "entry.0.changes.0.value.messages.0.from: a message needs from or from_user_id",
+    );
     expect(await tableCounts()).toEqual(before);
   });
 
