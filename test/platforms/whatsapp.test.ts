@@ -511,6 +511,15 @@ describe("deliveries that are not routed answer 200 and store nothing", () => {
         delete value.messages[0].text;
       }).body,
     ],
+    // Meta adds message types over time: one the gateway does not route is skipped
+    // whatever fields it carries, even one it reads on a routed type (here `text`).
+    [
+      "a message of a type the gateway does not route, whatever its fields",
+      delivery(textMessage, (value) => {
+        value.messages[0].type = "poll";
+        value.messages[0].text = "Lunch at noon?";
+      }).body,
+    ],
     // Meta adds change fields over time: one the gateway does not read is acknowledged
     // whatever its value holds, or Meta would retry it and at last drop the subscription.
     [
