@@ -172,6 +172,12 @@ describe("what counts as a message", () => {
     expect((await handedOff(plain)).request.message.attachments[0].kind).toBe("audio");
   });
 
+  it("only audio is a voice note: a voice flag on a document leaves it a file", async () => {
+    const flagged = structuredClone(documentForwarded) as any;
+    flagged.entry[0].changes[0].value.messages[0].document.voice = true;
+    expect((await handedOff(flagged)).request.message.attachments[0].kind).toBe("file");
+  });
+
   it("keeps keying a user with a phone number by it, even when a BSUID comes along", async () => {
     const { sender, request } = await handedOff(documentForwarded);
     expect(request.session.key).toBe(`whatsapp:dm:${sender}`);
