@@ -203,6 +203,29 @@ describe("a session the agent ended (recoverable), replaced by /new within its p
     // Its check is done: nothing is left to wake the key for it.
     expect((await router(key).outbox()).filter((item) => item.kind === "check")).toEqual([]);
   });
+
+  it("replaced again after the operator deleted the fresh session by SQL: /new is answered, and the row still finalized once", async () => {
+    const { chat, key, first } = await answeredSession("hello");
+    await env.DB.prepare(`UPDATE sessions SET end_reason = 'agent_close', ended_at = ? WHERE id = ?`)
+      .bind(T0, first.body.session_id)
+      .run();
+    setNow(T0 + MINUTE);
+    const fresh = await send({ chat_id: chat, text: "/new" });
+    await runAlarm(key);
+    // The operator removes the fresh session: the released row is the key's newest again.
+    await env.DB.prepare(`DELETE FROM sessions WHERE id = ?`).bind(fresh.body.session_id).run();
+    setNow(T0 + 2 * MINUTE);
+    const again = await send({ chat_id: chat, text: "/new" });
+    expect(again.status).toBe(200);
+    expect(again.body.session_id).not.toBe(first.body.session_id);
+    await runAlarm(key);
+    expect(chatAnswers()).toEqual([COMMAND_REPLIES.started, COMMAND_REPLIES.started]);
+    // One look at the released row, at its old deadline.
+    expect((await router(key).outbox()).filter((item) => item.kind === "check")).toHaveLength(1);
+    setNow(T0 + 60 * MINUTE + 1);
+    await runAlarm(key);
+    expect((await eventsOf(first.body.session_id)).filter((e) => e.type === "session.finalized")).toHaveLength(1);
+  });
 });
 
 describe("a session the agent ended (recoverable), then /stop within its policy", () => {
