@@ -133,6 +133,12 @@ describe("what counts as a message", () => {
     expect(request.message.attachments).toEqual([expect.objectContaining({ kind: "image", name: "diagram.png" })]);
   });
 
+  it("routes files whose event has no text field at all with text ''", async () => {
+    const { request } = await handedOff(filesOnly, (event) => delete event.text);
+    expect(request.message.text).toBe("");
+    expect(request.message.attachments).toEqual([expect.objectContaining({ kind: "image", name: "diagram.png" })]);
+  });
+
   it("routes an audio clip as a voice note", async () => {
     const { request } = await handedOff(audioClip);
     expect(request.message.attachments).toEqual([
@@ -145,6 +151,18 @@ describe("what counts as a message", () => {
     expect(request.message.text).toBe("also sending this to the channel");
     expect(request.message.thread_id).toBe("1926244800.000100");
     expect(request.session.key).toBe(`slack:channel:${body.event.channel}:1926244800.000100:${body.event.user}`);
+  });
+
+  // Slack's `title` is what the uploader typed over the file, often not a file name;
+  // `name` is the file's own name. A file without a name (a post, some external
+  // files) is still named, by its title.
+  it("names each file by its file name, or by its title when Slack gives no name", async () => {
+    const { request } = await handedOff(fileShare, (event) => {
+      event.files[0].title = "Q3 revenue by region";
+      delete event.files[1].name;
+      event.files[1].title = "Q3 figures";
+    });
+    expect(request.message.attachments.map((a: Json) => a.name)).toEqual(["q3-chart.png", "Q3 figures"]);
   });
 
   it("leaves a deleted (tombstone) file out", async () => {
