@@ -5,11 +5,12 @@
  * times, the app's own bot users, and the chat type of a slash command.
  */
 import { HTTPException } from "hono/http-exception";
-import { afterEach, beforeEach, describe, expect, it } from "vitest";
+import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
+import { slack } from "../../src/platforms/slack";
 import type { PlatformEnv } from "../../src/platforms/types";
 import { formFields, ownBotUsers, slashChatType, slashToInbound, tsToMs } from "../../src/platforms/slack/events";
 import { sendSlack } from "../../src/platforms/slack/send";
-import { captureFetch, type Captured } from "../helpers";
+import { captureFetch, loggedLines, type Captured } from "../helpers";
 import { outboundReply } from "./outbound";
 
 const SLACK_API = "https://slack.test/api";
@@ -65,6 +66,27 @@ describe("sendSlack", () => {
     expect(outbound.calls).toEqual([]);
   });
 
+  // Only one of the two secrets set: the webhook answers 500 naming the other, and a
+  // reply already staged fails for good, logged with the platform and the missing key.
+  it("refuses for good, without a call, when Slack is misconfigured, and logs which platform and key", async () => {
+    const errors = vi.spyOn(console, "error").mockImplementation(() => undefined);
+    try {
+      const misconfigured = { SLACK_SIGNING_SECRET: "signing-secret" } as unknown as PlatformEnv;
+      const outcome = await sendSlack(reply({ channel: "D1" }), misconfigured);
+      expect(outcome).toMatchObject({ ok: false, retryable: false, error: "slack is not configured or misconfigured" });
+      expect(loggedLines(errors, "replies not sent: invalid configuration")).toEqual([
+        expect.objectContaining({
+          level: "error",
+          platform: "slack",
+          error: expect.stringContaining("SLACK_BOT_TOKEN"),
+        }),
+      ]);
+      expect(outbound.calls).toEqual([]);
+    } finally {
+      errors.mockRestore();
+    }
+  });
+
   it.each<[string, () => Response, { retryable: boolean; error: string }]>([
     [
       "ok:false with a retryable error",
@@ -89,6 +111,36 @@ describe("sendSlack", () => {
   ])("reads the answer's body, not only its status: %s", async (_what, body, expected) => {
     answer = body;
     expect(await sendSlack(reply({ channel: "D1" }), env)).toMatchObject({ ok: false, status: 200, ...expected });
+  });
+});
+
+describe("the sender's canDeliver (whether a reply gets a delivery at all)", () => {
+  const canDeliver = (target: Record<string, unknown>, to: PlatformEnv = env) =>
+    slack.sender!.canDeliver({ platform: "slack", ...target }, {} as never, to);
+
+  it("delivers to a Slack channel once both secrets are set", () => {
+    expect(canDeliver({ channel: "D1" })).toBe(true);
+    expect(canDeliver({ channel: "C1", thread_ts: "1700000000.000100" })).toBe(true);
+  });
+
+  it("does not deliver to a target without a channel, or while Slack is off", () => {
+    expect(canDeliver({})).toBe(false);
+    expect(canDeliver({ channel: 42 })).toBe(false);
+    expect(canDeliver({ channel: "D1" }, {} as PlatformEnv)).toBe(false);
+    expect(outbound.calls).toEqual([]);
+  });
+
+  it("does not deliver while Slack is misconfigured, and logs which platform and key", () => {
+    const errors = vi.spyOn(console, "error").mockImplementation(() => undefined);
+    try {
+      const misconfigured = { SLACK_BOT_TOKEN: "xoxb-unit-token" } as unknown as PlatformEnv;
+      expect(canDeliver({ channel: "D1" }, misconfigured)).toBe(false);
+      expect(loggedLines(errors, "replies not sent: invalid configuration")).toEqual([
+        expect.objectContaining({ platform: "slack", error: expect.stringContaining("SLACK_SIGNING_SECRET") }),
+      ]);
+    } finally {
+      errors.mockRestore();
+    }
   });
 });
 
