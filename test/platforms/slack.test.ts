@@ -5,7 +5,7 @@
  * with retryable and permanent failures visible in the operator API.
  */
 import { exports } from "cloudflare:workers";
-import { afterEach, beforeEach, describe, expect, it } from "vitest";
+import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
 import { hmacSha256Hex } from "../../src/crypto";
 import { accepted, agentApi, AGENT_TOKEN, AGENT_URL } from "../agent/support";
 import appMention from "../fixtures/slack/app-mention.json";
@@ -26,6 +26,7 @@ import {
   HOUR,
   T0,
   captureFetch,
+  loggedLines,
   messagesOf,
   restoreClock,
   router,
@@ -262,7 +263,13 @@ describe("verification: refused with 401, nothing stored", () => {
       const body = JSON.stringify(eventFixture(messageIm, { channel: unique("D") }));
       const response = await exports.default.fetch(await build(body));
       expect(response.status).toBe(401);
-      expect(await response.json()).toEqual({ error: { code: "bad_signature", message: expect.any(String) } });
+      // The message names both headers, so whoever set the app up knows what to check.
+      expect(await response.json()).toEqual({
+        error: {
+          code: "bad_signature",
+          message: "missing or invalid X-Slack-Signature or X-Slack-Request-Timestamp",
+        },
+      });
       expect(await tableCounts()).toEqual(before);
     });
   }
@@ -451,6 +458,20 @@ describe("events that are not a user's new text: 200, nothing stored", () => {
     });
   }
 
+  it("logs the channel_type of a message it ignores for being in an unknown kind of channel", async () => {
+    const warnings = vi.spyOn(console, "warn").mockImplementation(() => undefined);
+    try {
+      const body = eventFixture(messageIm, { channel: unique("D") });
+      body.event.channel_type = "huddle";
+      expect(await post(body)).toEqual({ status: 200, body: {} });
+      expect(loggedLines(warnings, "slack: ignoring a message with an unknown channel_type")).toEqual([
+        expect.objectContaining({ level: "warn", channel_type: "huddle" }),
+      ]);
+    } finally {
+      warnings.mockRestore();
+    }
+  });
+
   it("still answers a human whose id is not the bot's, even when authorizations include a user grant", async () => {
     const channel = unique("D");
     const user = unique("U");
@@ -531,6 +552,25 @@ describe("slash commands", () => {
       const before = await tableCounts();
       expect(await slash(fields)).toEqual({ status: 200, body: null });
       expect(await tableCounts()).toEqual(before);
+    });
+  }
+
+  it("refuses a form body that is neither a command, an interactivity payload nor a certificate check", async () => {
+    const before = await tableCounts();
+    const response = await slash({ token: "Jhj5dZrVaK7ZwHHjRyZWjbDl", team_id: "T0GATEWAY", user_id: unique("U") });
+    expect(response.status).toBe(400);
+    expect(response.body.error.code).toBe("invalid_body");
+    expect(await tableCounts()).toEqual(before);
+  });
+
+  // The command decides: a slash command carrying a field named like the others is
+  // still run and answered, never taken for a check and dropped.
+  for (const extra of [{ ssl_check: "1" }, { payload: "{}" }] as Record<string, string>[]) {
+    it(`runs a slash command that also carries ${Object.keys(extra)[0]}`, async () => {
+      const channel = unique("D");
+      const response = await slash({ ...slashFields({ channel, user: unique("U"), command: "/new" }), ...extra });
+      expect(response).toEqual({ status: 200, body: { response_type: "ephemeral", text: "Started a new session." } });
+      expect(await sessionsOfKey(dmKey(channel))).toHaveLength(1);
     });
   }
 
