@@ -331,6 +331,14 @@ describe("malformed bodies after a valid signature: 400, nothing stored", () => 
         return post(body);
       },
     ],
+    [
+      "a message event whose user is not a string",
+      () => {
+        const body = eventFixture(messageIm, { channel: unique("D") });
+        body.event.user = 42;
+        return post(body);
+      },
+    ],
     ["a url_verification without a challenge", () => post({ type: "url_verification", token: "t" })],
     [
       "a slash command without trigger_id",
