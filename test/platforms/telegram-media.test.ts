@@ -32,6 +32,7 @@ import {
   useConfig,
   type Captured,
 } from "../helpers";
+import { answerAfter } from "./outbound";
 
 const TOKEN = "7000000001:AAmedia-bot-token";
 const SECRET = "tg-media-secret_1";
@@ -72,17 +73,6 @@ afterEach(() => {
   restoreClock();
   useConfig(null);
 });
-
-/** Resolves after `ms`, or rejects as fetch does when the caller's `signal` aborts first. */
-function answerAfter(ms: number, signal: AbortSignal | null | undefined): Promise<void> {
-  return new Promise((resolve, reject) => {
-    const timer = setTimeout(resolve, ms);
-    signal?.addEventListener("abort", () => {
-      clearTimeout(timer);
-      reject(signal.reason);
-    });
-  });
-}
 
 let counter = 0;
 const fresh = () => 700_000_000 + ++counter * 1000 + Math.floor(Math.random() * 1000);

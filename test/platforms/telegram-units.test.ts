@@ -12,7 +12,7 @@ import { classify, sendTelegram } from "../../src/platforms/telegram/send";
 import { sendTelegramTyping } from "../../src/platforms/telegram/typing";
 import type { PlatformEnv } from "../../src/platforms/types";
 import { captureFetch, type Captured } from "../helpers";
-import { outboundReply } from "./outbound";
+import { answerAfter, outboundReply } from "./outbound";
 
 const API = "https://telegram.test";
 const TOKEN = "7000000002:AAunit-test-token";
@@ -93,17 +93,6 @@ describe("the sender without its settings", () => {
     }
   });
 });
-
-/** Resolves after `ms`, or rejects as fetch does when the caller's `signal` aborts first. */
-function answerAfter(ms: number, signal: AbortSignal | null | undefined): Promise<void> {
-  return new Promise((resolve, reject) => {
-    const timer = setTimeout(resolve, ms);
-    signal?.addEventListener("abort", () => {
-      clearTimeout(timer);
-      reject(signal.reason);
-    });
-  });
-}
 
 describe("a Bot API slow to answer", () => {
   it("is waited for: a reply and a typing call answered after a moment are each made once, and succeed", async () => {

@@ -66,6 +66,16 @@ async function answeredSession(text: string) {
   return { chat, key, first };
 }
 
+/**
+ * The session ended as `agent_close` by SQL at T0, as the agent's own end writes it:
+ * the row stays recoverable until the policy's deadline (60 idle minutes).
+ */
+async function releasedByAgent(sessionId: string): Promise<void> {
+  await env.DB.prepare(`UPDATE sessions SET end_reason = 'agent_close', ended_at = ? WHERE id = ?`)
+    .bind(T0, sessionId)
+    .run();
+}
+
 describe("the answer in the chat", () => {
   it("/stop of a live session says it stopped; a second /stop says there is nothing to stop", async () => {
     const { chat, key, first } = await answeredSession("work");
@@ -184,10 +194,7 @@ describe("a session /stop ended", () => {
 describe("a session the agent ended (recoverable), replaced by /new within its policy", () => {
   it("is finalized when its old deadline passes, by the alarm of the key, not before", async () => {
     const { chat, key, first } = await answeredSession("hello");
-    // agent_close keeps the row recoverable until the policy's deadline (60 idle minutes).
-    await env.DB.prepare(`UPDATE sessions SET end_reason = 'agent_close', ended_at = ? WHERE id = ?`)
-      .bind(T0, first.body.session_id)
-      .run();
+    await releasedByAgent(first.body.session_id);
     setNow(T0 + MINUTE);
     const fresh = await send({ chat_id: chat, text: "/new" });
     expect(fresh.body.session_id).not.toBe(first.body.session_id);
@@ -206,9 +213,7 @@ describe("a session the agent ended (recoverable), replaced by /new within its p
 
   it("replaced again after the operator deleted the fresh session by SQL: /new is answered, and the row still finalized once", async () => {
     const { chat, key, first } = await answeredSession("hello");
-    await env.DB.prepare(`UPDATE sessions SET end_reason = 'agent_close', ended_at = ? WHERE id = ?`)
-      .bind(T0, first.body.session_id)
-      .run();
+    await releasedByAgent(first.body.session_id);
     setNow(T0 + MINUTE);
     const fresh = await send({ chat_id: chat, text: "/new" });
     await runAlarm(key);
@@ -231,9 +236,7 @@ describe("a session the agent ended (recoverable), replaced by /new within its p
 describe("a session the agent ended (recoverable), then /stop within its policy", () => {
   it("says there is nothing to stop, and the alarm still finalizes the session at its old deadline", async () => {
     const { chat, key, first } = await answeredSession("hello");
-    await env.DB.prepare(`UPDATE sessions SET end_reason = 'agent_close', ended_at = ? WHERE id = ?`)
-      .bind(T0, first.body.session_id)
-      .run();
+    await releasedByAgent(first.body.session_id);
     setNow(T0 + MINUTE);
     await send({ chat_id: chat, text: "/stop" });
     await runAlarm(key);
@@ -252,9 +255,7 @@ describe("with no reset policy, a session the agent ended, replaced by /new", ()
   it("is left as it is: the command is answered, nothing is staged to look at the row again, and the answer's alarm reads nothing", async () => {
     useConfig({ SESSION_RESET: JSON.stringify({ mode: "none" }), GENERIC_REPLY_URL: REPLY_URL });
     const { chat, key, first } = await answeredSession("hello");
-    await env.DB.prepare(`UPDATE sessions SET end_reason = 'agent_close', ended_at = ? WHERE id = ?`)
-      .bind(T0, first.body.session_id)
-      .run();
+    await releasedByAgent(first.body.session_id);
     setNow(T0 + MINUTE);
     const command = await send({ chat_id: chat, text: "/new" });
     expect(command.status).toBe(200);
@@ -279,9 +280,7 @@ describe("with no reset policy, a session the agent ended, replaced by /new", ()
 describe("a session the agent ended, replaced by /new, when the policy changes before its old deadline", () => {
   it("is looked at again at its new deadline, not over and over from the old one", async () => {
     const { chat, key, first } = await answeredSession("hello");
-    await env.DB.prepare(`UPDATE sessions SET end_reason = 'agent_close', ended_at = ? WHERE id = ?`)
-      .bind(T0, first.body.session_id)
-      .run();
+    await releasedByAgent(first.body.session_id);
     setNow(T0 + MINUTE);
     await send({ chat_id: chat, text: "/new" });
     await runAlarm(key);
@@ -321,9 +320,7 @@ describe("a turn in progress holds an expired session open (invariant 6)", () =>
     const first = await send({ chat_id: chat, text: "long task" });
     await runAlarm(genericKey(chat));
     // Ended out of band: the accepted run is not revoked and its lease still holds.
-    await env.DB.prepare(`UPDATE sessions SET end_reason = 'agent_close', ended_at = ? WHERE id = ?`)
-      .bind(T0, first.body.session_id)
-      .run();
+    await releasedByAgent(first.body.session_id);
     setNow(T0 + 2 * MINUTE);
     const command = await send({ chat_id: chat, text: "/new" });
     expect(await sessionRow(first.body.session_id)).toMatchObject({ end_reason: "idle" });
