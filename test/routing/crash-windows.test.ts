@@ -268,6 +268,34 @@ describe("a message that waits (queue mode), its batch failing", () => {
   });
 });
 
+describe("a platform's resend of a message already handed over, waiting behind that run (queue mode), its read failing", () => {
+  it("is dropped once D1's mark names the run that carried it: the agent never gets it twice", async () => {
+    useConfig(agentConfig({ HOOK_URLS: "" }));
+    services = fakeServices(() => accepted());
+    const chat = unique("chat");
+    const one = await send({ chat_id: chat, text: "one" });
+    const key = genericKey(chat);
+    const sessionId = one.body.session_id as string;
+    await runAlarm(key);
+    const run = services.agentCalls().at(-1)!.json;
+    // The resend waits behind its own run (still unfinished); the batch that finds its mark dies after D1 answered.
+    setNow(T0 + 1);
+    const fault = injectD1Fault({ afterCommit: true, match: has("inbound_events") });
+    const resend = await send({ chat_id: chat, text: "one", event_id: one.eventId });
+    expect(fault.hits()).toBe(1);
+    expect(resend.status).toBeGreaterThanOrEqual(500);
+    // The agent answers "one": what waits behind its run would go now.
+    setNow(T0 + 2);
+    expect((await agentApi(`/v1/runs/${run.run_id}/reply`, run.run_token, { text: "to one" })).status).toBe(200);
+    await runAlarm(key);
+    await router(key).drained();
+    await runAlarm(key);
+    expect(carriedBy(services!)).toEqual([["one"]]);
+    expect((await messagesOf(sessionId)).map((m) => m.text)).toEqual(["one", "to one"]);
+    expect((await explained(key)).waiting).toBe(0);
+  });
+});
+
 describe("a kill between recording a run API reply and staging its delivery", () => {
   it("the delivery is still sent once, although the agent's retried reply gets 409 finished", async () => {
     useConfig(agentConfig({ HOOK_URLS: "" }));
