@@ -9,36 +9,12 @@
  * costs, and progress of a scheduled job's run, whose platform has nowhere to deliver.
  */
 import { env } from "cloudflare:workers";
-import { afterEach, beforeEach, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { injectD1Fault } from "../../src/db/client";
-import {
-  MINUTE,
-  T0,
-  genericKey,
-  restoreClock,
-  runAlarm,
-  send,
-  sessionRow,
-  sessionsOfKey,
-  setNow,
-  unique,
-  useConfig,
-} from "../helpers";
-import { AGENT_TOKEN, accepted, agentApi, agentConfig, dispatchedThrough, fakeServices } from "./support";
+import { MINUTE, T0, genericKey, runAlarm, send, sessionRow, sessionsOfKey, setNow, unique } from "../helpers";
+import { AGENT_TOKEN, accepted, agentApi, agentTestHooks, dispatchedThrough } from "./support";
 
-let services: ReturnType<typeof fakeServices>;
-
-beforeEach(() => {
-  setNow(T0);
-  useConfig(agentConfig({ HOOK_URLS: "" }));
-  services = fakeServices(() => accepted());
-});
-afterEach(() => {
-  injectD1Fault(null);
-  services.restore();
-  restoreClock();
-  useConfig(null);
-});
+const agent = agentTestHooks();
 
 /** Another writer's SQL: the session row removed by hand. */
 const deleteSession = (sessionId: string) => (db: D1Database) =>
@@ -68,27 +44,27 @@ const notFound = (message: string) => ({ status: 404, body: { error: { code: "no
 describe("a session row deleted by SQL after the worker's check, before the object's read", () => {
   it("a run API reply is 404 not_found naming the run, and nothing is sent", async () => {
     const chat = unique("chat");
-    const run = await dispatchedThrough(services, chat);
+    const run = await dispatchedThrough(agent.services, chat);
     const slipped = beforeNth(2, readsRunWithSession, deleteSession(run.sessionId));
     const replied = await agentApi(`/v1/runs/${run.runId}/reply`, run.token, { text: "answer" });
     expect(slipped.hits()).toBe(1);
     expect(replied).toEqual(notFound(`no run ${run.runId}`));
     await runAlarm(genericKey(chat));
-    expect(services.replies()).toEqual([]);
+    expect(agent.services.replies()).toEqual([]);
   });
 
   it("progress is 404 not_found naming the run, and nothing is sent", async () => {
     const chat = unique("chat");
-    const run = await dispatchedThrough(services, chat);
+    const run = await dispatchedThrough(agent.services, chat);
     const slipped = beforeNth(2, readsRunWithSession, deleteSession(run.sessionId));
     const progress = await agentApi(`/v1/runs/${run.runId}/progress`, run.token, { text: "working on it" });
     expect(slipped.hits()).toBe(1);
     expect(progress).toEqual(notFound(`no run ${run.runId}`));
-    expect(services.replies()).toEqual([]);
+    expect(agent.services.replies()).toEqual([]);
   });
 
   it("the run ending its session is 404 not_found naming the session", async () => {
-    const run = await dispatchedThrough(services, unique("chat"));
+    const run = await dispatchedThrough(agent.services, unique("chat"));
     const slipped = beforeNth(1, readsRunAndSession, deleteSession(run.sessionId));
     const ended = await agentApi(`/v1/sessions/${run.sessionId}/end`, run.token, { reason: "agent_close" });
     expect(slipped.hits()).toBe(1);
@@ -97,7 +73,7 @@ describe("a session row deleted by SQL after the worker's check, before the obje
 
   it("the run rotating its session is 404 not_found naming the session, and no continuation is started", async () => {
     const chat = unique("chat");
-    const run = await dispatchedThrough(services, chat);
+    const run = await dispatchedThrough(agent.services, chat);
     const slipped = beforeNth(1, readsRunAndSession, deleteSession(run.sessionId));
     const rotated = await agentApi(`/v1/sessions/${run.sessionId}/rotate`, run.token, {});
     expect(slipped.hits()).toBe(1);
@@ -110,7 +86,7 @@ describe("a session row deleted by SQL after the worker's check, before the obje
 describe("a session row deleted by SQL just after the object read the run and its session", () => {
   it("a run API reply is 409 session_ended, as when the row goes just before the reply's batch, and nothing is sent", async () => {
     const chat = unique("chat");
-    const run = await dispatchedThrough(services, chat);
+    const run = await dispatchedThrough(agent.services, chat);
     // The first batch after the object's own read (the worker's check is the first read).
     let reads = 0;
     const slipped = injectD1Fault({
@@ -121,7 +97,7 @@ describe("a session row deleted by SQL just after the object read the run and it
     expect(slipped.hits()).toBe(1);
     expect(replied).toEqual({ status: 409, body: { owns: false, reason: "session_ended" } });
     await runAlarm(genericKey(chat));
-    expect(services.replies()).toEqual([]);
+    expect(agent.services.replies()).toEqual([]);
   });
 });
 
@@ -131,7 +107,7 @@ describe("a run row deleted by SQL after the worker's check, before the object's
     db.prepare(`DELETE FROM runs WHERE id = ?`).bind(runId).run();
 
   it("the run ending its session is 404 not_found, and the session stays live", async () => {
-    const run = await dispatchedThrough(services, unique("chat"));
+    const run = await dispatchedThrough(agent.services, unique("chat"));
     const slipped = beforeNth(1, readsRunAndSession, deleteRun(run.runId));
     const ended = await agentApi(`/v1/sessions/${run.sessionId}/end`, run.token, { reason: "agent_close" });
     expect(slipped.hits()).toBe(1);
@@ -140,7 +116,7 @@ describe("a run row deleted by SQL after the worker's check, before the object's
   });
 
   it("the run rotating its session is 404 not_found, and the session stays live", async () => {
-    const run = await dispatchedThrough(services, unique("chat"));
+    const run = await dispatchedThrough(agent.services, unique("chat"));
     const slipped = beforeNth(1, readsRunAndSession, deleteRun(run.runId));
     const rotated = await agentApi(`/v1/sessions/${run.sessionId}/rotate`, run.token, {});
     expect(slipped.hits()).toBe(1);
@@ -151,14 +127,13 @@ describe("a run row deleted by SQL after the worker's check, before the object's
 
 describe("a rotation whose batch ends the session but cannot start the continuation", () => {
   it("when an operator made an older row of the key its newest (started_at): 409 session_ended, and no continuation row", async () => {
-    services.restore();
-    services = fakeServices(() => accepted());
+    agent.answerWith(() => accepted());
     const chat = unique("chat");
     const key = genericKey(chat);
-    const first = await dispatchedThrough(services, chat, "hello");
+    const first = await dispatchedThrough(agent.services, chat, "hello");
     setNow(T0 + MINUTE);
     await send({ chat_id: chat, text: "/new" });
-    const run = await dispatchedThrough(services, chat, "again");
+    const run = await dispatchedThrough(agent.services, chat, "again");
     expect(run.sessionId).not.toBe(first.sessionId);
     // By hand: the first row now starts after the live one, so the key's newest row is an ended one.
     await env.DB.prepare(`UPDATE sessions SET started_at = ? WHERE id = ?`)
@@ -176,7 +151,7 @@ describe("a session ended as compression by SQL between the rotation's read and 
   it("the operator's end wins (invariant 4): 409 session_ended, no continuation, the run stays", async () => {
     const chat = unique("chat");
     const key = genericKey(chat);
-    const run = await dispatchedThrough(services, chat);
+    const run = await dispatchedThrough(agent.services, chat);
     const slipped = injectD1Fault({
       match: (sql) => sql.some((s) => s.includes("UPDATE runs SET session_id")),
       before: (db) =>
@@ -206,19 +181,19 @@ describe("the D1 work of a run's reply", () => {
 
   it("a first reply is recorded and sent without reading a delivery to restage", async () => {
     const chat = unique("chat");
-    const run = await dispatchedThrough(services, chat);
+    const run = await dispatchedThrough(agent.services, chat);
     const refused = injectD1Fault({ match: readsADelivery, times: Infinity });
     const replied = await agentApi(`/v1/runs/${run.runId}/reply`, run.token, { text: "answer" });
     expect(replied).toEqual({ status: 200, body: { recorded: true } });
     expect(refused.hits()).toBe(0);
     injectD1Fault(null);
     await runAlarm(genericKey(chat));
-    expect(services.replies().map((reply) => reply.text)).toEqual(["answer"]);
+    expect(agent.services.replies().map((reply) => reply.text)).toEqual(["answer"]);
   });
 
   it("a repeated reply of a finished run is 409 finished without a write, and the first reply alone is sent", async () => {
     const chat = unique("chat");
-    const run = await dispatchedThrough(services, chat);
+    const run = await dispatchedThrough(agent.services, chat);
     expect(await agentApi(`/v1/runs/${run.runId}/reply`, run.token, { text: "answer" })).toMatchObject({ status: 200 });
     const refused = injectD1Fault({ match: recordsAReply, times: Infinity });
     const again = await agentApi(`/v1/runs/${run.runId}/reply`, run.token, { text: "answer again" });
@@ -226,7 +201,7 @@ describe("the D1 work of a run's reply", () => {
     expect(refused.hits()).toBe(0);
     injectD1Fault(null);
     await runAlarm(genericKey(chat));
-    expect(services.replies().map((reply) => reply.text)).toEqual(["answer"]);
+    expect(agent.services.replies().map((reply) => reply.text)).toEqual(["answer"]);
   });
 });
 
@@ -234,10 +209,10 @@ describe("progress of a scheduled job's run", () => {
   it("owns its session but is not sent: the job's platform has nowhere to deliver", async () => {
     const job = await agentApi(`/v1/cron/runs`, AGENT_TOKEN, { job_id: unique("job"), text: "summarise the day" });
     await runAlarm(job.body.session_key);
-    const { run_id, run_token } = services.agentCalls().at(-1)!.json;
+    const { run_id, run_token } = agent.services.agentCalls().at(-1)!.json;
     const progress = await agentApi(`/v1/runs/${run_id}/progress`, run_token, { text: "halfway" });
     expect(progress).toEqual({ status: 200, body: { owns: true, sent: false } });
-    expect(services.replies()).toEqual([]);
+    expect(agent.services.replies()).toEqual([]);
     const rows = await env.DB.prepare(`SELECT id FROM deliveries WHERE session_id = ?`).bind(job.body.session_id).all();
     expect(rows.results).toEqual([]);
     expect(await sessionRow(job.body.session_id)).toMatchObject({ end_reason: null });

@@ -7,39 +7,13 @@
  * session still staged when the live session is looked at past its deadline, and the
  * alarm a message's hand-off has set before D1 is asked to store the message.
  */
-import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
+import { describe, expect, it, vi } from "vitest";
 import { Database, injectD1Fault } from "../../src/db/client";
 import { recordReply } from "../../src/db/runs";
-import {
-  MINUTE,
-  alarmOf,
-  T0,
-  adminFetch,
-  genericKey,
-  messagesOf,
-  restoreClock,
-  runAlarm,
-  send,
-  setNow,
-  unique,
-  useConfig,
-} from "../helpers";
-import { accepted, agentApi, agentConfig, dispatchedThrough, fakeServices, replyWith } from "./support";
+import { MINUTE, alarmOf, T0, adminFetch, genericKey, messagesOf, runAlarm, send, setNow, unique } from "../helpers";
+import { agentApi, agentTestHooks, dispatchedThrough, replyWith } from "./support";
 
-let services: ReturnType<typeof fakeServices>;
-
-beforeEach(() => {
-  setNow(T0);
-  useConfig(agentConfig({ HOOK_URLS: "" }));
-  services = fakeServices(() => accepted());
-});
-afterEach(() => {
-  injectD1Fault(null);
-  vi.restoreAllMocks();
-  services.restore();
-  restoreClock();
-  useConfig(null);
-});
+const agent = agentTestHooks();
 
 /** The session as the operator API shows it. */
 const view = async (sessionId: string) => (await (await adminFetch(`/admin/sessions/${sessionId}`)).json()) as any;
@@ -50,7 +24,7 @@ const recordsAReply = (sql: readonly string[]) => sql.some((s) => s.startsWith("
 describe("a second run API reply of the same run, recorded between the first's read and its batch", () => {
   it("answers 409 finished, and only the reply recorded first is delivered", async () => {
     const chat = unique("chat");
-    const run = await dispatchedThrough(services, chat, "question");
+    const run = await dispatchedThrough(agent.services, chat, "question");
     // Another instance records the same run's reply first, by the gateway's own statements.
     injectD1Fault({
       match: recordsAReply,
@@ -71,21 +45,20 @@ describe("a second run API reply of the same run, recorded between the first's r
     const second = await agentApi(`/v1/runs/${run.runId}/reply`, run.token, { text: "second answer" });
     expect(second).toEqual({ status: 409, body: { owns: false, reason: "finished" } });
     await runAlarm(genericKey(chat));
-    expect(services.replies().map((reply) => reply.text)).toEqual(["first answer"]);
+    expect(agent.services.replies().map((reply) => reply.text)).toEqual(["first answer"]);
     expect((await messagesOf(run.sessionId)).map((m) => m.text)).toEqual(["question", "first answer"]);
   });
 });
 
 describe("a run that finished with nothing to say (a 200 with a null reply)", () => {
   it("answers a later run API reply 409 finished, and nothing is sent", async () => {
-    services.restore();
-    services = fakeServices(() => replyWith(null));
+    agent.answerWith(() => replyWith(null));
     const chat = unique("chat");
-    const run = await dispatchedThrough(services, chat, "question");
+    const run = await dispatchedThrough(agent.services, chat, "question");
     const late = await agentApi(`/v1/runs/${run.runId}/reply`, run.token, { text: "after all" });
     expect(late).toEqual({ status: 409, body: { owns: false, reason: "finished" } });
     await runAlarm(genericKey(chat));
-    expect(services.replies()).toEqual([]);
+    expect(agent.services.replies()).toEqual([]);
     expect((await messagesOf(run.sessionId)).map((m) => m.text)).toEqual(["question"]);
   });
 });
@@ -94,8 +67,7 @@ describe("a run stopped while its hand-off was in flight, which the agent then r
   it("shows as revoked, and the operator's retry is 409 not_failed: nothing is handed over again", async () => {
     const chat = unique("chat");
     const key = genericKey(chat);
-    services.restore();
-    services = fakeServices(async () => {
+    agent.answerWith(async () => {
       // While the agent looks at the run, the user stops it; then the agent refuses it.
       await send({ chat_id: chat, text: "/stop" });
       return new Response("bad request", { status: 400 });
@@ -113,7 +85,7 @@ describe("a run stopped while its hand-off was in flight, which the agent then r
       message: `run ${run.run_id} has not failed`,
     });
     await runAlarm(key);
-    expect(services.agentCalls()).toHaveLength(1);
+    expect(agent.services.agentCalls()).toHaveLength(1);
   });
 });
 
@@ -128,7 +100,7 @@ describe("a hand-off of an ended session still staged when the live session is l
     setNow(T0 + 61 * MINUTE);
     await runAlarm(key);
     expect((await view(fresh.body.session_id)).session).toMatchObject({ end_reason: "idle" });
-    expect(services.agentCalls()).toEqual([]);
+    expect(agent.services.agentCalls()).toEqual([]);
   });
 });
 

@@ -1,6 +1,19 @@
 /** An external agent and a chat client on fake URLs, for the agent tests. */
 import { exports } from "cloudflare:workers";
-import { BASE, captureFetch, genericKey, runAlarm, send, type Captured } from "../helpers";
+import { afterEach, beforeEach, vi } from "vitest";
+import { injectD1Fault } from "../../src/db/client";
+import {
+  BASE,
+  T0,
+  captureFetch,
+  genericKey,
+  restoreClock,
+  runAlarm,
+  send,
+  setNow,
+  useConfig,
+  type Captured,
+} from "../helpers";
 
 export const AGENT_URL = "https://agent.test/runs";
 export const AGENT_TOKEN = "agent-secret-token";
@@ -43,6 +56,46 @@ export function fakeServices(
     ...captured,
     agentCalls: () => captured.calls.filter((c) => c.url === AGENT_URL),
     replies: () => captured.calls.filter((c) => c.url === REPLY_URL).map((c) => c.json),
+  };
+}
+
+export type FakeServices = ReturnType<typeof fakeServices>;
+
+/**
+ * The hooks of a test file that drives the gateway with a fake agent: before each
+ * test the clock at T0, the agent configured (no hooks) and every outbound call
+ * answered by `agent`; after each, no D1 fault left armed, spies and the fake
+ * services restored, the clock and the configuration reset. `services` is the
+ * current test's fake agent and chat; `answerWith` replaces it for the rest of it.
+ */
+export function agentTestHooks(agent: (request: Captured) => Response | Promise<Response> = () => accepted()) {
+  let current: FakeServices | null = null;
+  beforeEach(() => {
+    setNow(T0);
+    useConfig(agentConfig({ HOOK_URLS: "" }));
+    current = fakeServices(agent);
+  });
+  afterEach(() => {
+    injectD1Fault(null);
+    vi.restoreAllMocks();
+    current?.restore();
+    current = null;
+    restoreClock();
+    useConfig(null);
+  });
+  return {
+    get services(): FakeServices {
+      if (!current) throw new Error("agentTestHooks: services are set up only inside a test");
+      return current;
+    },
+    answerWith(
+      next: (request: Captured) => Response | Promise<Response>,
+      chat?: (request: Captured) => Response,
+    ): FakeServices {
+      current?.restore();
+      current = fakeServices(next, chat);
+      return current;
+    },
   };
 }
 

@@ -10,18 +10,10 @@
  * is dead-lettered where the operator sees why.
  */
 import { env } from "cloudflare:workers";
-import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
+import { describe, expect, it, vi } from "vitest";
 import { injectD1Fault } from "../../src/db/client";
 import { SWEEP_GRACE_MS, sweep } from "../../src/sweep";
-import {
-  REPLY_URL,
-  accepted,
-  agentApi,
-  agentConfig,
-  dispatchedThrough,
-  fakeServices,
-  replyWith,
-} from "../agent/support";
+import { REPLY_URL, agentApi, agentTestHooks, dispatchedThrough, replyWith } from "../agent/support";
 import {
   HOUR,
   MINUTE,
@@ -29,29 +21,14 @@ import {
   adminFetch,
   genericKey,
   loggedLines,
-  restoreClock,
   router,
   runAlarm,
   send,
   setNow,
   unique,
-  useConfig,
 } from "../helpers";
 
-let services: ReturnType<typeof fakeServices>;
-
-beforeEach(() => {
-  setNow(T0);
-  useConfig(agentConfig({ HOOK_URLS: "" }));
-  services = fakeServices(() => accepted());
-});
-afterEach(() => {
-  injectD1Fault(null);
-  vi.restoreAllMocks();
-  services.restore();
-  restoreClock();
-  useConfig(null);
-});
+const agent = agentTestHooks();
 
 /** Another writer's SQL: the session row removed by hand. */
 const deleteSession = (sessionId: string) => (db: D1Database) =>
@@ -63,8 +40,7 @@ const metrics = async () => (await (await adminFetch(`/admin/metrics`)).json()) 
 
 describe("a session row deleted by SQL while the agent answers its run", () => {
   it("the reply is dropped without an error: nothing sent, the hand-off not retried, the next message answered afresh", async () => {
-    services.restore();
-    services = fakeServices(async (request) => {
+    agent.answerWith(async (request) => {
       // The operator removes the row while the agent is composing its answer.
       if (request.json.message.text === "question") await deleteSession(request.json.session.id)(env.DB);
       return replyWith(`re: ${request.json.message.text}`);
@@ -75,7 +51,7 @@ describe("a session row deleted by SQL while the agent answers its run", () => {
     const first = await send({ chat_id: chat, text: "question" });
     await runAlarm(key);
     await router(key).drained();
-    expect(services.replies()).toEqual([]);
+    expect(agent.services.replies()).toEqual([]);
     expect(loggedLines(errors, "outbox item failed")).toEqual([]);
     // Nothing is left owed for the deleted session (no hand-off item retried for ever).
     expect(await router(key).outbox()).toEqual([]);
@@ -83,21 +59,21 @@ describe("a session row deleted by SQL while the agent answers its run", () => {
     setNow(T0 + MINUTE);
     await runAlarm(key);
     await router(key).drained();
-    expect(services.agentCalls()).toHaveLength(1);
+    expect(agent.services.agentCalls()).toHaveLength(1);
     expect(loggedLines(errors, "outbox item failed")).toEqual([]);
 
     const next = await send({ chat_id: chat, text: "again" });
     expect(next.body.session_id).not.toBe(first.body.session_id);
     await runAlarm(key);
     await router(key).drained();
-    expect(services.replies().map((reply) => reply.text)).toEqual(["re: again"]);
+    expect(agent.services.replies().map((reply) => reply.text)).toEqual(["re: again"]);
   });
 });
 
 describe("a session row deleted by SQL between the object's read and its batch", () => {
   it("a run API reply is 409 session_ended, not a server error, and nothing is sent", async () => {
     const chat = unique("chat");
-    const run = await dispatchedThrough(services, chat, "question");
+    const run = await dispatchedThrough(agent.services, chat, "question");
     const slipped = injectD1Fault({
       match: (sql) => sql.some((s) => s.includes("UPDATE runs SET finished_at")),
       before: deleteSession(run.sessionId),
@@ -106,12 +82,12 @@ describe("a session row deleted by SQL between the object's read and its batch",
     expect(slipped.hits()).toBe(1);
     expect(replied).toEqual({ status: 409, body: { owns: false, reason: "session_ended" } });
     await runAlarm(genericKey(chat));
-    expect(services.replies()).toEqual([]);
+    expect(agent.services.replies()).toEqual([]);
   });
 
   it("an operator's end is 404 not_found, not a server error", async () => {
     const chat = unique("chat");
-    const { sessionId } = await dispatchedThrough(services, chat);
+    const { sessionId } = await dispatchedThrough(agent.services, chat);
     const slipped = injectD1Fault({
       match: (sql) => sql.some((s) => s.startsWith("UPDATE sessions SET end_reason = ?, ended_at = ?")),
       before: deleteSession(sessionId),
@@ -127,7 +103,7 @@ describe("a session row deleted by SQL between the object's read and its batch",
   it("the sweep's look at it completes without a failure", async () => {
     const errors = vi.spyOn(console, "error").mockImplementation(() => undefined);
     const chat = unique("chat");
-    const { sessionId } = await dispatchedThrough(services, chat);
+    const { sessionId } = await dispatchedThrough(agent.services, chat);
     // Due for the sweep a day before anything else of this file, so the sweep looks at this row alone.
     const sweptAt = T0 - 24 * HOUR;
     await env.DB.prepare(`UPDATE sessions SET sweep_at = ? WHERE id = ?`)
@@ -147,10 +123,9 @@ describe("a session row deleted by SQL between the object's read and its batch",
 
 describe("a failed run whose session row was deleted by SQL", () => {
   it("POST /admin/runs/{id}/retry is 404 not_found, and nothing is handed to the agent", async () => {
-    services.restore();
-    services = fakeServices(() => new Response("bad", { status: 400 }));
+    agent.answerWith(() => new Response("bad", { status: 400 }));
     const chat = unique("chat");
-    const { sessionId, runId } = await dispatchedThrough(services, chat);
+    const { sessionId, runId } = await dispatchedThrough(agent.services, chat);
     await env.DB.prepare(`DELETE FROM sessions WHERE id = ?`).bind(sessionId).run();
     const retried = await post(`/admin/runs/${runId}/retry`);
     expect(await answerOf(retried)).toEqual({
@@ -159,14 +134,13 @@ describe("a failed run whose session row was deleted by SQL", () => {
     });
     setNow(T0 + MINUTE);
     await runAlarm(genericKey(chat));
-    expect(services.agentCalls()).toHaveLength(1);
+    expect(agent.services.agentCalls()).toHaveLength(1);
   });
 });
 
 describe("a dead-lettered reply whose platform was changed by SQL to one with no sender", () => {
   it("the operator's retry fails it at once, not retried, with the reason in its row, counted and logged", async () => {
-    services.restore();
-    services = fakeServices(
+    agent.answerWith(
       () => replyWith("hi"),
       () => new Response("gone", { status: 410 }),
     );
@@ -191,7 +165,7 @@ describe("a dead-lettered reply whose platform was changed by SQL to one with no
     expect((await view()).deliveries).toMatchObject([
       { id: dead.id, platform: "pager", status: "failed", attempts: 1, last_status: null, last_error: reason },
     ]);
-    expect(services.calls.filter((c) => c.url === REPLY_URL)).toHaveLength(1);
+    expect(agent.services.calls.filter((c) => c.url === REPLY_URL)).toHaveLength(1);
     expect((await metrics()).deliveries_failed).toBe(before + 1);
     expect(loggedLines(warn, "reply delivery failed").at(-1)).toMatchObject({
       delivery_id: dead.id,
@@ -205,7 +179,7 @@ describe("a dead-lettered reply whose platform was changed by SQL to one with no
     expect(await router(key).outbox()).toEqual([]);
     setNow(T0 + HOUR);
     await runAlarm(key);
-    expect(services.calls.filter((c) => c.url === REPLY_URL)).toHaveLength(1);
+    expect(agent.services.calls.filter((c) => c.url === REPLY_URL)).toHaveLength(1);
     expect((await view()).deliveries).toMatchObject([{ status: "failed", attempts: 1 }]);
   });
 });
